@@ -1,0 +1,3 @@
+from zerotrace.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,197 @@
+"""Kafka implementation of the bus port, over confluent-kafka (librdkafka).
+
+Producer: idempotent, acks=all, lz4, delivery callbacks count failures (the collector only
+treats a batch as sent when flush() returns 0). Consumer: manual, synchronous commits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from zerotrace import names
+from zerotrace.bus import Message
+from zerotrace.errors import Backpressure, TransientIO
+
+
+def check_reachable(bootstrap: str, timeout_s: float = 5.0) -> None:
+    """Raise TransientIO with one line when no broker answers a metadata request."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise TransientIO(
+            f"Kafka at {bootstrap} does not answer ({exc.args[0].str() if exc.args else exc}); "
+            "start it with `zerotrace infra up` or set ZEROTRACE_KAFKA"
+        ) from None
+
+
+class KafkaBus:
+    def __init__(self, bootstrap: str, client_id: str = "zerotrace") -> None:
+        self.bootstrap = bootstrap
+        self._client_id = client_id
+
+    def ensure_topics(self, topics: Sequence[names.Topic] = names.ALL_TOPICS) -> None:
+        check_reachable(self.bootstrap)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        existing = set(admin.list_topics(timeout=10).topics)
+        wanted = [t for t in topics if t.name not in existing]
+        if not wanted:
+            return
+        futures = admin.create_topics([_new_topic(t) for t in wanted], operation_timeout=30)
+        for name, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise TransientIO(f"cannot create topic {name}: {exc.args[0].str()}") from None
+
+    def producer(self) -> KafkaProducer:
+        return KafkaProducer(self.bootstrap, self._client_id)
+
+    def consumer(self, group: str) -> KafkaConsumer:
+        return KafkaConsumer(self.bootstrap, group, self._client_id)
+
+
+def _new_topic(topic: names.Topic) -> NewTopic:
+    config = {"retention.ms": str(topic.retention_ms)}
+    if topic.compacted:
+        config = {"cleanup.policy": "compact"}
+    return NewTopic(
+        topic.name, num_partitions=topic.partitions, replication_factor=1, config=config
+    )
+
+
+class KafkaProducer:
+    def __init__(self, bootstrap: str, client_id: str) -> None:
+        self._failed = 0
+        self.last_error: str | None = None
+        self._producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": client_id,
+                "enable.idempotence": True,  # implies acks=all and ordered retries
+                "acks": "all",
+                "compression.type": "lz4",
+                "linger.ms": 20,  # batch a little: raw events come in bursts
+                "message.timeout.ms": 120_000,  # how long a message may wait for a broker
+            }
+        )
+
+    def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            self._failed += 1
+            self.last_error = err.str()
+
+    def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
+        try:
+            self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
+        except BufferError:
+            # The local queue is full: serve callbacks for a moment and try once more.
+            self._producer.poll(0.5)
+            try:
+                self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
+            except BufferError:
+                raise Backpressure(
+                    "Kafka producer queue is full; the broker is slow or away"
+                ) from None
+        self._producer.poll(0)
+
+    def flush(self, timeout_s: float) -> int:
+        return int(self._producer.flush(timeout_s))
+
+    @property
+    def failed(self) -> int:
+        return self._failed
+
+    def close(self) -> None:
+        self._producer.flush(10)
+
+
+class KafkaConsumer:
+    def __init__(self, bootstrap: str, group: str, client_id: str) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "client.id": client_id,
+                "enable.auto.commit": False,  # commit only after the side effect succeeded
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": False,
+            }
+        )
+
+    def subscribe(self, topics: Sequence[str]) -> None:
+        self._consumer.subscribe(list(topics))
+
+    def poll(self, timeout_s: float) -> Message | None:
+        msg = self._consumer.poll(timeout_s)
+        if msg is None:
+            return None
+        err = msg.error()
+        if err is not None:
+            if err.retriable() or not err.fatal():
+                return None
+            raise TransientIO(f"Kafka consumer error: {err.str()}")
+        return _message(msg)
+
+    def commit(self, message: Message) -> None:
+        tp = TopicPartition(message.topic, message.partition, message.offset + 1)
+        self._consumer.commit(offsets=[tp], asynchronous=False)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _message(msg: Any) -> Message:
+    """confluent-kafka's message (fields typed optional) as the port's Message."""
+    _kind, ts = msg.timestamp()
+    return Message(
+        str(msg.topic()), int(msg.partition()), int(msg.offset()), msg.key(), msg.value() or b"", ts
+    )
+
+
+def read_topic_from_start(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[Message]:
+    """Every message now on a topic, read without a group (for the schema topic and tests)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "zerotrace-reader",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return []
+        ends: dict[int, int] = {}
+        for p in meta.partitions:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            if high > 0:
+                ends[p] = high
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        out: list[Message] = []
+        done = {p: False for p in ends}
+        deadline = time.monotonic() + timeout_s
+        while not all(done.values()) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            message = _message(msg)
+            out.append(message)
+            if message.offset + 1 >= ends[message.partition]:
+                done[message.partition] = True
+        return out
+    finally:
+        consumer.close()

@@ -1,0 +1,122 @@
+"""In-process bus: the twin of Kafka for the embedded mode and unit tests.
+
+Thread-safe: the collector, correlator and indexer of `zerotrace run` each use it from their
+own thread. Messages are kept in memory for the life of the process (embedded runs are short;
+the store is the durable copy).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+from zerotrace import names
+from zerotrace.bus import Message, partition_for
+
+
+class InMemoryBroker:
+    def __init__(self) -> None:
+        self._logs: dict[str, list[list[Message]]] = {}
+        self._committed: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> next
+        self._counter = 0
+        self._cond = threading.Condition()
+
+    def ensure_topics(self) -> None:
+        for topic in names.ALL_TOPICS:
+            self.create_topic(topic.name, topic.partitions)
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        with self._cond:
+            self._logs.setdefault(name, [[] for _ in range(partitions)])
+
+    def producer(self) -> InMemoryProducer:
+        return InMemoryProducer(self)
+
+    def consumer(self, group: str) -> InMemoryConsumer:
+        return InMemoryConsumer(self, group)
+
+    # Internal API of the producer and consumer below.
+
+    def _append(self, topic: str, key: bytes | None, value: bytes) -> None:
+        with self._cond:
+            if topic not in self._logs:
+                # Kafka with auto-create off refuses unknown topics; so does the twin.
+                raise KeyError(f"topic {topic!r} does not exist (ensure_topics first)")
+            parts = self._logs[topic]
+            partition = partition_for(key, len(parts), self._counter)
+            self._counter += 1
+            log = parts[partition]
+            log.append(Message(topic, partition, len(log), key, value, time.time_ns() // 1_000_000))
+            self._cond.notify_all()
+
+    def _next(
+        self,
+        group: str,
+        topics: Sequence[str],
+        positions: dict[tuple[str, int], int],
+        timeout_s: float,
+    ) -> Message | None:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                for topic in topics:
+                    for partition, log in enumerate(self._logs.get(topic, [])):
+                        key = (topic, partition)
+                        if key not in positions:
+                            positions[key] = self._committed.get((group, topic, partition), 0)
+                        if positions[key] < len(log):
+                            message = log[positions[key]]
+                            positions[key] += 1
+                            return message
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+
+    def _commit(self, group: str, message: Message) -> None:
+        with self._cond:
+            self._committed[(group, message.topic, message.partition)] = message.offset + 1
+
+    def end_offsets(self, topic: str) -> list[int]:
+        with self._cond:
+            return [len(log) for log in self._logs.get(topic, [])]
+
+
+class InMemoryProducer:
+    def __init__(self, broker: InMemoryBroker) -> None:
+        self._broker = broker
+
+    def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
+        self._broker._append(topic, key, value)
+
+    def flush(self, timeout_s: float) -> int:
+        return 0  # appends are synchronous
+
+    @property
+    def failed(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+class InMemoryConsumer:
+    def __init__(self, broker: InMemoryBroker, group: str) -> None:
+        self._broker = broker
+        self._group = group
+        self._topics: list[str] = []
+        self._positions: dict[tuple[str, int], int] = {}
+
+    def subscribe(self, topics: Sequence[str]) -> None:
+        self._topics = list(topics)
+        self._positions.clear()
+
+    def poll(self, timeout_s: float) -> Message | None:
+        return self._broker._next(self._group, self._topics, self._positions, timeout_s)
+
+    def commit(self, message: Message) -> None:
+        self._broker._commit(self._group, message)
+
+    def close(self) -> None:
+        self._topics = []

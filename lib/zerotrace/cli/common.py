@@ -1,0 +1,59 @@
+"""Pieces the CLI commands share: stop signals, where the BPF sources are, record lines."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from zerotrace.settings import REPO_ROOT
+
+BPF_DIR = REPO_ROOT / "bpf"
+
+
+class StopFlag:
+    """Set by SIGTERM or SIGINT; long loops check it between iterations."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self._event.set())
+
+    def __bool__(self) -> bool:
+        return self._event.is_set()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout_s: float) -> bool:
+        return self._event.wait(timeout_s)
+
+
+def span_line(doc: dict[str, Any]) -> str:
+    """One human line for a span: time, process, what, outcome, duration."""
+    when = datetime.fromtimestamp(doc["start_ns"] / 1e9, UTC).strftime("%H:%M:%S.%f")
+    attrs = doc.get("attributes") or {}
+    outcome = attrs.get("error.type") or (f"fd {attrs['file.fd']}" if "file.fd" in attrs else "")
+    micros = (doc["end_ns"] - doc["start_ns"]) / 1000
+    return (
+        f"{when} {doc['process_name']}[{doc['pid']}/{doc['tid']}] {doc['name']}"
+        f" -> {outcome} ({micros:.1f} µs)"
+    )
+
+
+def say(line: str) -> None:
+    print(f"zerotrace: {line}", file=sys.stderr, flush=True)
+
+
+def probe_text(pid_filter: int = 0) -> str:
+    from zerotrace_collector.probes.fileio import FileOpenProbe
+
+    return str(FileOpenProbe(BPF_DIR, pid_filter=pid_filter).program_text())
+
+
+def embedded_store_path(home: Path) -> Path:
+    home.mkdir(parents=True, exist_ok=True)
+    return home / "embedded.duckdb"

@@ -1,0 +1,182 @@
+"""The distributed mode: one subcommand per service, each a separate process over Kafka."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import urllib.request
+from typing import Any
+
+from zerotrace import settings
+from zerotrace.cli.common import BPF_DIR, StopFlag, probe_text, say
+from zerotrace.clock import SystemClock
+from zerotrace.codec import AvroCodec
+from zerotrace.errors import FeatureUnavailable
+from zerotrace.schemas import load_schema_dir
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("collector", help="attach probes on this node and publish to Kafka")
+    p.add_argument("--pid", type=int, default=0, help="observe only this process id")
+    p.add_argument("--duration", type=float, default=0, help="stop after this many seconds")
+    p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(handler=collector)
+
+    p = sub.add_parser("correlator", help="faust worker: raw events -> spans")
+    p.set_defaults(handler=correlator)
+    p = sub.add_parser("profiler-agg", help="faust worker: stack samples -> profile windows")
+    p.set_defaults(handler=profiler_agg)
+
+    p = sub.add_parser("query", help="index derived topics into OpenSearch; serve HTTP and gRPC")
+    p.add_argument("--http-port", type=int, default=8080, help="HTTP API port on 127.0.0.1")
+    p.add_argument("--grpc-port", type=int, default=50051, help="gRPC API port on 127.0.0.1")
+    p.set_defaults(handler=query)
+
+    p = sub.add_parser("spans", help="list spans from a running query service")
+    p.add_argument("--http", default="", help="HTTP base URL, e.g. http://127.0.0.1:8080")
+    p.add_argument("--grpc", default="", help="gRPC address, e.g. 127.0.0.1:50051")
+    p.add_argument("--kind", default="", help="only spans of this kind, e.g. file.open")
+    p.add_argument("--pid", type=int, default=0, help="only spans of this process")
+    p.add_argument("--limit", type=int, default=20, help="at most this many (newest first)")
+    p.set_defaults(handler=spans)
+
+    p = sub.add_parser("settings", help="list every setting with its environment variable")
+    p.set_defaults(handler=show_settings)
+
+
+def _kafka_codec(bootstrap: str) -> AvroCodec:
+    from zerotrace.schema_registry_kafka import KafkaSchemaRegistry
+
+    return AvroCodec(load_schema_dir(), KafkaSchemaRegistry(bootstrap))
+
+
+def _kafka_bus(common: settings.CommonSettings) -> Any:
+    from zerotrace.bus_kafka import KafkaBus
+
+    bus = KafkaBus(common.kafka)
+    bus.ensure_topics()  # raises TransientIO with one line when Kafka is away
+    return bus
+
+
+def collector(args: argparse.Namespace) -> int:
+    from zerotrace_collector.collector import Collector, require_root
+    from zerotrace_collector.probes.fileio import FileOpenProbe, ProbeUnavailable
+
+    if args.ebpf:
+        print(probe_text(args.pid))
+        return 0
+    require_root()
+    common = settings.load(settings.CommonSettings)
+    bus = _kafka_bus(common)
+    producer = bus.producer()
+    probe = FileOpenProbe(BPF_DIR, pid_filter=args.pid)
+    try:
+        probe.attach()
+    except ProbeUnavailable as exc:
+        raise FeatureUnavailable(str(exc)) from None
+    col = Collector(probe, producer, _kafka_codec(common.kafka), common.node_id)
+    stop = StopFlag()
+    say(f"collector attached (file-open probe); publishing to {common.kafka}")
+    started = time.monotonic()
+    try:
+        while not stop:
+            col.pump(100)
+            if args.duration and time.monotonic() - started >= args.duration:
+                break
+    finally:
+        col.pump(0)
+        probe.close()
+        pending = producer.flush(30)
+    say(
+        f"published {col.published} records, {pending} unacknowledged, "
+        f"{producer.failed} failed, {probe.malformed} malformed"
+    )
+    return 0 if pending == 0 and producer.failed == 0 else 1
+
+
+def correlator(args: argparse.Namespace) -> int:
+    from zerotrace.faust_shell import run_worker
+    from zerotrace_correlator.faust_app import build_app
+
+    common = settings.load(settings.CommonSettings)
+    _kafka_bus(common)
+    run_worker(build_app(common.kafka))
+    return 0
+
+
+def profiler_agg(args: argparse.Namespace) -> int:
+    from zerotrace.faust_shell import run_worker
+    from zerotrace_profiler_agg.faust_app import build_app
+
+    common = settings.load(settings.CommonSettings)
+    _kafka_bus(common)
+    run_worker(build_app(common.kafka))
+    return 0
+
+
+def query(args: argparse.Namespace) -> int:
+    from zerotrace.errors import TransientIO
+    from zerotrace.names import GROUP_QUERY_INDEXER
+    from zerotrace.store_opensearch import OpenSearchStore
+    from zerotrace_query.grpc_api import GrpcApi
+    from zerotrace_query.http_api import HttpApi
+    from zerotrace_query.indexer import Indexer
+
+    common = settings.load(settings.CommonSettings)
+    bus = _kafka_bus(common)
+    store = OpenSearchStore(common.opensearch)
+    indexer = Indexer(
+        bus.consumer(GROUP_QUERY_INDEXER),
+        bus.producer(),
+        store,
+        _kafka_codec(common.kafka),
+        SystemClock(),
+    )
+    http = HttpApi(store, port=args.http_port).start()
+    grpc = GrpcApi(store, port=args.grpc_port).start()
+    say(
+        f"query: indexing into {common.opensearch}; HTTP {http.url}/api/v1/spans, "
+        f"gRPC {grpc.address}"
+    )
+    stop = StopFlag()
+    backoff = 0.5
+    try:
+        while not stop:
+            try:
+                indexer.run_once(0.5)
+                backoff = 0.5
+            except TransientIO as exc:
+                say(f"{exc}; retrying in {backoff:.0f}s")
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30)
+    finally:
+        http.stop()
+        grpc.stop()
+    say(f"indexed {indexer.indexed} documents, {indexer.dead_letters} dead letters")
+    return 0
+
+
+def spans(args: argparse.Namespace) -> int:
+    if args.grpc:
+        from zerotrace_query.grpc_api import list_spans
+
+        for span in list_spans(args.grpc, kind=args.kind, pid=args.pid, limit=args.limit):
+            print(f"{span.start_ns} {span.process_name}[{span.pid}] {span.name} {span.status}")
+        return 0
+    base = args.http or "http://127.0.0.1:8080"
+    url = f"{base}/api/v1/spans?kind={args.kind}&pid={args.pid}&limit={args.limit}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        body = json.load(response)
+    for span in body["spans"]:
+        print(
+            f"{span['start_ns']} {span['process_name']}[{span['pid']}] {span['name']} "
+            f"{span['status']}"
+        )
+    return 0
+
+
+def show_settings(args: argparse.Namespace) -> int:
+    for line in settings.describe(settings.load(settings.CommonSettings)):
+        print(line)
+    return 0

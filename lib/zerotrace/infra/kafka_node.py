@@ -1,0 +1,156 @@
+"""A single-node Apache Kafka (KRaft, combined broker and controller) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from zerotrace.errors import TransientIO
+from zerotrace.infra import maven, processes
+from zerotrace.infra.processes import Progress, ServerFiles
+
+POM = Path(__file__).resolve().parents[3] / "infra" / "kafka" / "pom.xml"
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    home: Path  # <ZEROTRACE_HOME>/infra
+    port: int = 9092
+    controller_port: int = 9093
+
+    @property
+    def files(self) -> ServerFiles:
+        return ServerFiles("kafka", self.home / "kafka")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.files.folder / "data"
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.home / "lib" / "kafka"
+
+    def up(self, progress: Progress) -> str:
+        """Start unless running; returns what happened, in words."""
+        if processes.running_pid(self.files) is not None and self.answers():
+            return f"Kafka already running on {self.bootstrap}"
+        java = maven.require_java()
+        processes.require_free_ports("Kafka", [self.port, self.controller_port])
+        maven.resolve_jars(POM, self.lib_dir, progress, "Kafka")
+        config = self.files.folder / "server.properties"
+        self.files.folder.mkdir(parents=True, exist_ok=True)
+        config.write_text(server_properties(self.port, self.controller_port, self.data_dir))
+        self._format_if_needed(java, config, progress)
+        log4j = self.files.folder / "log4j.properties"
+        log4j.write_text(LOG4J)
+        argv = [
+            java,
+            "-Xms256m",
+            "-Xmx768m",
+            "-XX:+UseG1GC",
+            f"-Dlog4j.configuration=file:{log4j}",
+            "-cp",
+            f"{self.lib_dir}/*",
+            "kafka.Kafka",
+            str(config),
+        ]
+        progress(f"starting Kafka on {self.bootstrap}")
+        pid = processes.spawn(self.files, argv)
+        processes.wait_ready(self.files, pid, self.answers, 120, progress, "Kafka")
+        return f"Kafka started on {self.bootstrap} (pid {pid})"
+
+    def _format_if_needed(self, java: str, config: Path, progress: Progress) -> None:
+        # A data folder without meta.properties is a format that died half way: start over.
+        if (self.data_dir / "meta.properties").exists():
+            return
+        if self.data_dir.exists():
+            progress("repairing a half-formatted Kafka data folder")
+            shutil.rmtree(self.data_dir)
+        cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        result = subprocess.run(
+            [
+                java,
+                "-cp",
+                f"{self.lib_dir}/*",
+                "-Dlog4j.configuration=file:/dev/null",
+                "kafka.tools.StorageTool",
+                "format",
+                "--config",
+                str(config),
+                "--cluster-id",
+                cluster_id,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            raise TransientIO(f"formatting Kafka storage failed: {result.stdout.strip()[-200:]}")
+
+    def answers(self) -> bool:
+        """Ready means a metadata request is answered, not merely that the port is open."""
+        if not processes.port_open(self.port):
+            return False
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            meta = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0}).list_topics(
+                timeout=2
+            )
+        except Exception:
+            return False
+        return bool(meta.brokers)
+
+    def down(self) -> bool:
+        return processes.stop(self.files, timeout_s=40)
+
+    def status(self) -> str:
+        pid = processes.running_pid(self.files)
+        if pid is None:
+            return "Kafka: stopped"
+        state = "answering" if self.answers() else "not answering"
+        return f"Kafka: running (pid {pid}) on {self.bootstrap}, {state}"
+
+
+def server_properties(port: int, controller_port: int, data_dir: Path) -> str:
+    return f"""# Written by `zerotrace infra up`; edits are overwritten.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller_port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs={data_dir}
+# One broker: every replication factor is 1.
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+# Tests start consumer groups often; the default 3 s rebalance delay would dominate them.
+group.initial.rebalance.delay.ms=0
+# Topics come from the names registry (zerotrace.names) with their partition counts, but faust
+# creates its own changelog topics, so auto-creation stays on.
+auto.create.topics.enable=true
+num.partitions=3
+log.retention.check.interval.ms=60000
+"""
+
+
+LOG4J = """log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka=INFO
+log4j.logger.org.apache.kafka=WARN
+"""

@@ -1,0 +1,94 @@
+"""Typed settings: every field has its environment variable, default and one line of meaning.
+
+Each service declares one frozen dataclass of `setting(...)` fields; `load(cls, env)` builds it
+from an environment mapping (pure: tests pass a dict), `describe(obj)` renders it for logs and
+`--help` with secrets hidden.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from zerotrace.errors import ConfigError
+
+T = TypeVar("T")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def setting(env: str, default: Any, doc: str, secret: bool = False) -> Any:
+    return dataclasses.field(default=default, metadata={"env": env, "doc": doc, "secret": secret})
+
+
+def load(cls: type[T], env: Mapping[str, str] | None = None, **overrides: Any) -> T:
+    """Build settings from the environment (default os.environ); explicit overrides win."""
+    source = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in overrides and overrides[f.name] is not None:
+            values[f.name] = overrides[f.name]
+            continue
+        raw = source.get(f.metadata["env"])
+        if raw is None:
+            continue
+        values[f.name] = _convert(f.metadata["env"], raw, f.default)
+    return cls(**values)
+
+
+def _convert(env: str, raw: str, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                raise ValueError(raw)
+            return raw.lower() in ("1", "true", "yes")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        if isinstance(default, Path):
+            return Path(raw)
+    except ValueError:
+        raise ConfigError(f"{env}={raw!r} is not a valid {type(default).__name__}") from None
+    return raw
+
+
+def describe(obj: Any) -> list[str]:
+    """`NAME=value  # meaning` lines, secrets shown as ***."""
+    lines = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        shown = "***" if f.metadata.get("secret") and value else value
+        lines.append(f"{f.metadata['env']}={shown}  # {f.metadata['doc']}")
+    return lines
+
+
+@dataclasses.dataclass(frozen=True)
+class CommonSettings:
+    """What every service shares: where things are and who this node is."""
+
+    node_id: str = setting(
+        "ZEROTRACE_NODE_ID", socket.gethostname(), "This node's id in every event."
+    )
+    home: Path = setting(
+        "ZEROTRACE_HOME",
+        REPO_ROOT / ".zerotrace",
+        "Folder for local state: infra data, logs, pid files, the embedded store.",
+    )
+    kafka: str = setting("ZEROTRACE_KAFKA", "127.0.0.1:9092", "Kafka bootstrap servers.")
+    kafka_port: int = setting("ZEROTRACE_KAFKA_PORT", 9092, "Port of the local Kafka (infra up).")
+    opensearch: str = setting(
+        "ZEROTRACE_OPENSEARCH", "http://127.0.0.1:9200", "OpenSearch URL (distributed mode)."
+    )
+    opensearch_port: int = setting(
+        "ZEROTRACE_OPENSEARCH_PORT", 9200, "HTTP port of the local OpenSearch (infra up)."
+    )
+    opensearch_password: str = setting(
+        "ZEROTRACE_OPENSEARCH_PASSWORD",
+        "",
+        "OpenSearch password, when security is on.",
+        secret=True,
+    )

@@ -1,0 +1,1 @@
+"""zerotrace collector: eBPF probes on this node, Avro records to the bus."""

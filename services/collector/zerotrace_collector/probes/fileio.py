@@ -1,0 +1,223 @@
+"""bcc shell around ``bpf/fileio.c``: one :class:`FileOpenSample` per ``openat(2)``.
+
+All decoding lives in :mod:`.fileio_decode`; this module only compiles, attaches,
+polls and tears down.  bcc is imported lazily inside :meth:`FileOpenProbe.attach`
+so the module imports (and ``program_text()`` works) on hosts without bcc.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import re
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
+
+from .fileio_decode import FileOpenSample, MalformedEvent, decode_file_open
+
+__all__ = ["FileOpenProbe", "ProbeUnavailable"]
+
+PROGRAM_FILE: Final = "fileio.c"
+EVENTS_MAP: Final = b"zt_fileio_events"
+STATS_MAP: Final = b"zt_fileio_stats"
+# Indexes into zt_fileio_stats; mirror the ZT_STAT_* defines in bpf/fileio.c.
+STAT_LOST: Final = 0
+STAT_INFLIGHT_FULL: Final = 1
+
+_TRACEPOINTS: Final = (("syscalls", "sys_enter_openat"), ("syscalls", "sys_exit_openat"))
+_RINGBUF_MIN_KERNEL: Final = (5, 8)
+
+
+class ProbeUnavailable(RuntimeError):
+    """The probe cannot run on this host; ``str(exc)`` is one actionable line."""
+
+
+def _kernel_version() -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+class FileOpenProbe:
+    """Trace completed ``openat`` calls via syscall tracepoints.
+
+    Usage::
+
+        probe = FileOpenProbe(Path("bpf"))
+        probe.attach()
+        try:
+            while running:
+                for sample in probe.poll(100):
+                    ...
+        finally:
+            probe.close()
+    """
+
+    def __init__(
+        self,
+        bpf_dir: Path,
+        pid_filter: int = 0,
+        *,
+        self_pid: int | None = None,
+        ringbuf_pages: int = 256,
+    ) -> None:
+        if pid_filter < 0:
+            raise ValueError(f"pid_filter must be >= 0, got {pid_filter}")
+        if ringbuf_pages <= 0 or ringbuf_pages & (ringbuf_pages - 1):
+            raise ValueError(f"ringbuf_pages must be a power of two, got {ringbuf_pages}")
+        self.bpf_dir = Path(bpf_dir).resolve()
+        self.pid_filter = pid_filter
+        self.self_pid = os.getpid() if self_pid is None else self_pid
+        self.ringbuf_pages = ringbuf_pages
+        self.use_perfbuf = _kernel_version() < _RINGBUF_MIN_KERNEL
+        self.malformed = 0
+        """Events received but rejected by the decoder."""
+        self._perf_lost = 0
+        self._lost_base = 0
+        self._lost_at_close = 0
+        self._bpf: Any = None
+        self._pending: list[FileOpenSample] = []
+
+    # -- program -------------------------------------------------------------
+
+    @property
+    def source_path(self) -> Path:
+        return self.bpf_dir / PROGRAM_FILE
+
+    def cflags(self) -> list[str]:
+        return [
+            f"-I{self.bpf_dir}",
+            f"-DZT_FILTER_PID={self.pid_filter}",
+            f"-DZT_SELF_PID={self.self_pid}",
+            f"-DZT_RINGBUF_PAGES={self.ringbuf_pages}",
+            f"-DZT_USE_PERFBUF={int(self.use_perfbuf)}",
+        ]
+
+    def _source(self) -> str:
+        try:
+            return self.source_path.read_text()
+        except OSError as exc:
+            raise ProbeUnavailable(
+                f"cannot read BPF program {self.source_path}: {exc.strerror}"
+            ) from exc
+
+    def program_text(self) -> str:
+        """The exact C text handed to bcc, preceded by a comment with its cflags."""
+        return f"/* bcc cflags: {' '.join(self.cflags())} */\n{self._source()}"
+
+    # -- lifecycle -----------------------------------------------------------
+
+    @property
+    def attached(self) -> bool:
+        return self._bpf is not None
+
+    def attach(self) -> None:
+        """Compile ``fileio.c`` and attach it; raise :class:`ProbeUnavailable` on any failure."""
+        if self._bpf is not None:
+            return
+        if os.geteuid() != 0:
+            raise ProbeUnavailable(f"file-open probe needs root (running as uid {os.geteuid()})")
+        try:
+            BPF: Any = importlib.import_module("bcc").BPF  # untyped; keep it lazy
+        except ImportError as exc:
+            raise ProbeUnavailable(
+                f"bcc is not importable ({exc}); run scripts/setup-ebpf.sh <venv> as root"
+            ) from exc
+        release = os.uname().release
+        if not Path(f"/lib/modules/{release}/build").exists():
+            raise ProbeUnavailable(
+                f"kernel headers missing for {release} (/lib/modules/{release}/build); "
+                "run scripts/setup-ebpf.sh as root"
+            )
+        for category, event in _TRACEPOINTS:
+            if not BPF.tracepoint_exists(category, event):
+                raise ProbeUnavailable(
+                    f"tracepoint {category}:{event} not found (tracefs not mounted or "
+                    "CONFIG_FTRACE_SYSCALLS unset); run scripts/setup-ebpf.sh as root"
+                )
+        text = self._source()
+        try:
+            bpf = BPF(text=text.encode(), cflags=self.cflags())
+        except Exception as exc:  # bcc raises bare Exception for compile/load/attach
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ProbeUnavailable(f"loading {self.source_path} failed: {first[:200]}") from exc
+        try:
+            events = bpf[EVENTS_MAP]
+            if self.use_perfbuf:
+                events.open_perf_buffer(
+                    self._on_perf_event, page_cnt=self.ringbuf_pages, lost_cb=self._on_perf_lost
+                )
+            else:
+                events.open_ring_buffer(self._on_ring_event)
+        except Exception as exc:
+            bpf.cleanup()
+            raise ProbeUnavailable(f"opening {EVENTS_MAP.decode()} failed: {exc}") from exc
+        self._bpf = bpf
+        # Perf-buffer mode: events between the tracepoints' auto-attach (inside BPF())
+        # and open_perf_buffer fail to submit; nobody was listening yet, so not "lost".
+        self._lost_base = self._stat(STAT_LOST) + self._stat(STAT_INFLIGHT_FULL)
+
+    def close(self) -> None:
+        """Detach and free the BPF program. Safe to call more than once."""
+        if self._bpf is None:
+            return
+        self._lost_at_close = self.lost
+        bpf, self._bpf = self._bpf, None
+        bpf.cleanup()
+
+    def __enter__(self) -> Self:
+        self.attach()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- events --------------------------------------------------------------
+
+    def _accept(self, data: int, size: int) -> None:
+        raw = ctypes.string_at(data, size)
+        try:
+            self._pending.append(decode_file_open(raw))
+        except MalformedEvent:
+            self.malformed += 1
+
+    def _on_ring_event(self, _ctx: Any, data: int, size: int) -> int:
+        self._accept(data, size)
+        return 0
+
+    def _on_perf_event(self, _cpu: int, data: int, size: int) -> None:
+        self._accept(data, size)
+
+    def _on_perf_lost(self, count: int) -> None:
+        self._perf_lost += count
+
+    def poll(self, timeout_ms: int) -> list[FileOpenSample]:
+        """Wait up to *timeout_ms* (-1 = forever) and return the samples received."""
+        if self._bpf is None:
+            raise RuntimeError("poll() before attach()")
+        if self.use_perfbuf:
+            self._bpf.perf_buffer_poll(timeout=timeout_ms)
+        else:
+            self._bpf.ring_buffer_poll(timeout=timeout_ms)
+        out, self._pending = self._pending, []
+        return out
+
+    def _stat(self, index: int) -> int:
+        if self._bpf is None:
+            return 0
+        table = self._bpf[STATS_MAP]
+        return int(table[table.Key(index)].value)
+
+    @property
+    def lost(self) -> int:
+        """Events dropped in the kernel: output buffer full, or in-flight map full."""
+        if self._bpf is None:
+            return self._lost_at_close
+        kernel = self._stat(STAT_LOST) + self._stat(STAT_INFLIGHT_FULL) - self._lost_base
+        return kernel + self._perf_lost

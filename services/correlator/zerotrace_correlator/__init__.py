@@ -1,0 +1,1 @@
+"""zerotrace correlator: raw events in, spans, LLM metrics and traces out."""

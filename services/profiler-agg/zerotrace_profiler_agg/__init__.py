@@ -1,0 +1,1 @@
+"""zerotrace profiler-agg: stack samples in, folded-stack profile windows out."""

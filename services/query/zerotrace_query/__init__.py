@@ -1,0 +1,1 @@
+"""zerotrace query: indexes derived records into the store and serves them (HTTP, gRPC)."""

@@ -1,0 +1,297 @@
+"""The one contract every Store keeps (store.py). A suite subclasses StoreContract, overrides
+the `make_store` fixture, and runs every test here against its store.
+
+Each test uses its own index (a uuid in the name), so suites may share a real server and run
+in any order; the suites clean up what their prefix created.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from zerotrace.errors import ConfigError
+from zerotrace.store import BulkResult, Document, IndexSpec, Query, Store
+
+FIELDS: dict[str, Any] = {
+    "service": "keyword",
+    "start_ns": "long",
+    "duration_ms": "double",
+    "error": "boolean",
+    "name": "text",
+    # Dotted, as OpenTelemetry attribute names are; still one flat top-level key.
+    "gen_ai.request.model": "keyword",
+}
+
+
+def doc(start_ns: int, service: str = "api", **extra: Any) -> dict[str, Any]:
+    return {"start_ns": start_ns, "service": service, **extra}
+
+
+def ids(results: list[dict[str, Any]]) -> list[str]:
+    return [r["_id"] for r in results]
+
+
+class StoreContract:
+    @pytest.fixture
+    def make_store(self) -> Store:
+        raise NotImplementedError("a store suite overrides the make_store fixture")
+
+    @pytest.fixture
+    def store(self, make_store: Store) -> Store:
+        return make_store
+
+    @pytest.fixture
+    def spec(self, store: Store) -> IndexSpec:
+        spec = IndexSpec(name=f"ct-{uuid.uuid4().hex[:12]}", fields=FIELDS, time_field="start_ns")
+        store.ensure_index(spec)
+        return spec
+
+    def put(self, store: Store, spec: IndexSpec, docs: list[tuple[str, Document]]) -> BulkResult:
+        result = store.bulk_upsert(spec.name, docs)
+        store.refresh(spec.name)
+        return result
+
+    # --- ensure_index -------------------------------------------------------------------
+
+    def test_ensure_index_is_idempotent(self, store: Store, spec: IndexSpec) -> None:
+        self.put(store, spec, [("a", doc(1))])
+        store.ensure_index(spec)
+        store.ensure_index(IndexSpec(spec.name, dict(FIELDS), "start_ns"))
+        assert store.count(spec.name, Query()) == 1
+
+    def test_ensure_index_refuses_a_changed_spec(self, store: Store, spec: IndexSpec) -> None:
+        with pytest.raises(ConfigError):
+            store.ensure_index(IndexSpec(spec.name, {**FIELDS, "extra": "long"}, "start_ns"))
+
+    @pytest.mark.parametrize(
+        ("name", "fields", "time_field"),
+        [
+            ("Upper", {"t": "long"}, "t"),
+            ("ok-name", {"t": "keyword"}, "t"),
+            ("ok-name", {"t": "long"}, "missing"),
+            ("ok-name", {"t": "long", "_id": "keyword"}, "t"),
+            ("ok-name", {"t": "long", "x": "date"}, "t"),
+        ],
+    )
+    def test_ensure_index_refuses_a_bad_spec(
+        self, store: Store, name: str, fields: dict[str, Any], time_field: str
+    ) -> None:
+        with pytest.raises(ConfigError):
+            store.ensure_index(IndexSpec(name, fields, time_field))
+
+    # --- writes -------------------------------------------------------------------------
+
+    def test_upsert_then_search_returns_docs_with_id(self, store: Store, spec: IndexSpec) -> None:
+        result = self.put(store, spec, [("a", doc(2, name="GET /x")), ("b", doc(1))])
+        assert result == BulkResult(written=2)
+        assert result.ok
+        assert store.search(spec.name, Query()) == [
+            {"_id": "b", "start_ns": 1, "service": "api"},
+            {"_id": "a", "start_ns": 2, "service": "api", "name": "GET /x"},
+        ]
+
+    def test_empty_batch_writes_nothing(self, store: Store, spec: IndexSpec) -> None:
+        assert self.put(store, spec, []) == BulkResult(written=0)
+
+    def test_upsert_same_id_replaces_without_duplicating(
+        self, store: Store, spec: IndexSpec
+    ) -> None:
+        self.put(store, spec, [("a", doc(1, "old", error=True)), ("b", doc(2))])
+        self.put(store, spec, [("a", doc(3, "new"))])
+        assert store.count(spec.name, Query()) == 2
+        assert store.search(spec.name, Query(equals={"service": "old"})) == []
+        assert store.search(spec.name, Query(equals={"error": True})) == []
+        assert store.search(spec.name, Query(equals={"service": "new"})) == [
+            {"_id": "a", "start_ns": 3, "service": "new"}
+        ]
+
+    def test_same_id_twice_in_one_batch_keeps_the_last(self, store: Store, spec: IndexSpec) -> None:
+        result = self.put(store, spec, [("a", doc(1, "first")), ("a", doc(2, "second"))])
+        assert result.ok
+        assert store.search(spec.name, Query()) == [
+            {"_id": "a", "start_ns": 2, "service": "second"}
+        ]
+
+    def test_extra_fields_round_trip(self, store: Store, spec: IndexSpec) -> None:
+        attrs = {
+            "gen_ai.usage.output_tokens": 2**40,
+            "list": [1, 0.1, "s", None, True, {"deep": {"er": []}}],
+            "unicode": "é ✓ 日本",
+            "empty": {},
+        }
+        self.put(
+            store,
+            spec,
+            [
+                ("a", doc(1, attrs=attrs, v=1, duration_ms=0.1)),
+                # An unknown top-level field may change type from one document to the next.
+                ("b", doc(2, v="one", start=None, duration_ms=None)),
+            ],
+        )
+        base = {"service": "api"}
+        assert store.search(spec.name, Query()) == [
+            {"_id": "a", "start_ns": 1, **base, "attrs": attrs, "v": 1, "duration_ms": 0.1},
+            {"_id": "b", "start_ns": 2, **base, "v": "one", "start": None, "duration_ms": None},
+        ]
+
+    def test_large_long_is_exact(self, store: Store, spec: IndexSpec) -> None:
+        big = 2**63 - 1
+        self.put(store, spec, [("a", doc(big)), ("b", doc(big - 1))])
+        assert ids(store.search(spec.name, Query(equals={"start_ns": big}))) == ["a"]
+        assert store.search(spec.name, Query(descending=True))[0]["start_ns"] == big
+
+    def test_bad_documents_fail_alone(self, store: Store, spec: IndexSpec) -> None:
+        bad: list[tuple[str, Document]] = [
+            ("str-long", doc(2, duration_ms=1.0) | {"start_ns": "2"}),
+            ("bool-long", {"start_ns": True}),
+            ("float-long", {"start_ns": 1.5}),
+            ("long-overflow", {"start_ns": 2**63}),
+            ("str-bool", doc(3, error="true")),
+            ("int-keyword", doc(4, service=7)),  # type: ignore[arg-type]
+            ("nan", doc(5, duration_ms=float("nan"))),
+            ("huge-double", doc(5, duration_ms=10**400)),
+            ("nested-nan", doc(6, attrs={"x": float("inf")})),
+            ("not-json", doc(7, attrs={"x": object()})),
+            ("has-id", doc(8, _id="x")),
+            ("has-doc-id", doc(9, doc_id="x")),
+            ("", doc(10)),
+            ("lone-surrogate", doc(11, service="\ud800")),
+        ]
+        result = self.put(store, spec, [("good-1", doc(1)), *bad, ("good-2", doc(12))])
+        assert result.written == 2
+        failed = dict(result.failed)
+        assert set(failed) == {doc_id for doc_id, _ in bad}
+        assert all(isinstance(reason, str) and reason for reason in failed.values())
+        assert ids(store.search(spec.name, Query())) == ["good-1", "good-2"]
+
+    # --- queries ------------------------------------------------------------------------
+
+    @pytest.fixture
+    def loaded(self, store: Store, spec: IndexSpec) -> IndexSpec:
+        model = "gen_ai.request.model"
+        docs: list[tuple[str, Document]] = [
+            ("a", doc(10, "api", duration_ms=1.5, error=False, name="GET /a", **{model: "m1"})),
+            ("b", doc(20, "db", duration_ms=2.5, error=True, name="SELECT 1")),
+            ("c", doc(30, "api", duration_ms=3.5, error=True, name="GET /c", **{model: "m2"})),
+            ("d", doc(30, "api", duration_ms=0.5, name="GET /a")),
+            ("e", doc(40, "gpu", error=False, **{model: "m1"})),
+        ]
+        self.put(store, spec, docs)
+        return spec
+
+    @pytest.mark.parametrize(
+        ("equals", "expected"),
+        [
+            ({"service": "api"}, ["a", "c", "d"]),
+            ({"service": "API"}, []),
+            ({"error": True}, ["b", "c"]),
+            ({"error": False}, ["a", "e"]),
+            ({"start_ns": 30}, ["c", "d"]),
+            ({"duration_ms": 2.5}, ["b"]),
+            ({"duration_ms": 3}, []),
+            ({"name": "GET /a"}, ["a", "d"]),  # text fields filter on the exact value
+            ({"name": "GET"}, []),
+            ({"gen_ai.request.model": "m1"}, ["a", "e"]),
+            ({"service": "api", "error": True}, ["c"]),
+        ],
+    )
+    def test_equals(
+        self, store: Store, loaded: IndexSpec, equals: dict[str, Any], expected: list[str]
+    ) -> None:
+        assert ids(store.search(loaded.name, Query(equals=equals))) == expected
+        assert store.count(loaded.name, Query(equals=equals)) == len(expected)
+
+    @pytest.mark.parametrize(
+        ("ranges", "expected"),
+        [
+            ({"start_ns": (20, 40)}, ["b", "c", "d"]),  # from inclusive, to exclusive
+            ({"start_ns": (None, 20)}, ["a"]),
+            ({"start_ns": (30, None)}, ["c", "d", "e"]),
+            ({"start_ns": (None, None)}, ["a", "b", "c", "d", "e"]),
+            ({"start_ns": (25, 25)}, []),
+            ({"duration_ms": (1.5, 3)}, ["a", "b"]),  # documents without the field never match
+            ({"duration_ms": (0, 10), "start_ns": (20, 100)}, ["b", "c", "d"]),
+        ],
+    )
+    def test_ranges(
+        self, store: Store, loaded: IndexSpec, ranges: dict[str, Any], expected: list[str]
+    ) -> None:
+        assert ids(store.search(loaded.name, Query(ranges=ranges))) == expected
+        assert store.count(loaded.name, Query(ranges=ranges)) == len(expected)
+
+    def test_equals_and_range_together(self, store: Store, loaded: IndexSpec) -> None:
+        query = Query(equals={"service": "api"}, ranges={"start_ns": (15, None)})
+        assert ids(store.search(loaded.name, query)) == ["c", "d"]
+
+    @pytest.mark.parametrize(
+        ("sort", "descending", "expected"),
+        [
+            (None, False, ["a", "b", "c", "d", "e"]),  # the time field, ties by id
+            (None, True, ["e", "d", "c", "b", "a"]),  # descending reverses the tie-break too
+            ("start_ns", True, ["e", "d", "c", "b", "a"]),
+            ("service", False, ["a", "c", "d", "b", "e"]),
+            ("duration_ms", False, ["d", "a", "b", "c", "e"]),  # missing values sort last
+            ("duration_ms", True, ["c", "b", "a", "d", "e"]),  # in both directions
+            ("name", False, ["a", "d", "c", "b", "e"]),
+            ("error", True, ["c", "b", "e", "a", "d"]),
+        ],
+    )
+    def test_sort(
+        self,
+        store: Store,
+        loaded: IndexSpec,
+        sort: str | None,
+        descending: bool,
+        expected: list[str],
+    ) -> None:
+        assert ids(store.search(loaded.name, Query(sort=sort, descending=descending))) == expected
+
+    def test_limit(self, store: Store, loaded: IndexSpec) -> None:
+        assert ids(store.search(loaded.name, Query(limit=2))) == ["a", "b"]
+        assert ids(store.search(loaded.name, Query(limit=2, descending=True))) == ["e", "d"]
+        assert store.search(loaded.name, Query(limit=0)) == []
+        assert store.count(loaded.name, Query(limit=1)) == 5  # count ignores the limit
+
+    def test_many_documents(self, store: Store, spec: IndexSpec) -> None:
+        docs: list[tuple[str, Document]] = [(f"id-{i:04}", doc(i % 7)) for i in range(1500)]
+        assert self.put(store, spec, docs).written == 1500
+        assert store.count(spec.name, Query()) == 1500
+        assert store.count(spec.name, Query(equals={"start_ns": 3})) == 214
+        first = store.search(spec.name, Query(equals={"start_ns": 3}, limit=3))
+        assert ids(first) == ["id-0003", "id-0010", "id-0017"]
+
+    # --- refusals -----------------------------------------------------------------------
+
+    @pytest.mark.parametrize("name", ["ct-missing", "*", "Bad"])
+    def test_unknown_index(self, store: Store, name: str) -> None:
+        name = f"{name}-{uuid.uuid4().hex[:12]}"
+        with pytest.raises(ConfigError):
+            store.search(name, Query())
+        with pytest.raises(ConfigError):
+            store.count(name, Query())
+        with pytest.raises(ConfigError):
+            store.bulk_upsert(name, [("a", doc(1))])
+        with pytest.raises(ConfigError):
+            store.refresh(name)
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            Query(equals={"nope": 1}),
+            Query(equals={"start_ns": "1"}),
+            Query(equals={"error": 1}),
+            Query(ranges={"nope": (1, 2)}),
+            Query(ranges={"service": (1, 2)}),
+            Query(ranges={"start_ns": ("1", None)}),  # type: ignore[dict-item]
+            Query(sort="nope"),
+            Query(limit=-1),
+            Query(limit=10_001),
+        ],
+    )
+    def test_bad_query(self, store: Store, loaded: IndexSpec, query: Query) -> None:
+        with pytest.raises(ConfigError) as info:
+            store.search(loaded.name, query)
+        assert "\n" not in str(info.value)

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from typing import Any
+
+from zerotrace import names
+from zerotrace.bus import Message
+from zerotrace.clock import ManualClock
+from zerotrace.codec import AvroCodec
+from zerotrace_correlator.fileio_spans import file_open_span
+from zerotrace_correlator.pipeline import CorrelatorStep
+
+
+def raw_open(**over: Any) -> dict[str, Any]:
+    base = {
+        "event_id": "n1/42/43/1000/open",
+        "node_id": "n1",
+        "pid": 42,
+        "tid": 43,
+        "process_name": "python3",
+        "container_id": None,
+        "cgroup_id": 9,
+        "op": "OPEN",
+        "path": "/etc/hosts",
+        "result": 3,
+        "flags": 0,
+        "start_ns": 1000,
+        "end_ns": 1500,
+    }
+    return {**base, **over}
+
+
+def message(value: bytes, offset: int = 0) -> Message:
+    return Message(names.RAW_FILEIO.name, 0, offset, b"42", value, 0)
+
+
+def test_open_becomes_a_span_with_deterministic_ids() -> None:
+    a, b = file_open_span(raw_open()), file_open_span(raw_open())
+    assert a == b
+    assert a["kind"] == names.SPAN_KIND_FILE_OPEN
+    assert a["name"] == "open /etc/hosts"
+    assert a["status"] == "OK"
+    assert a["attributes"][names.ATTR_FILE_PATH] == "/etc/hosts"
+    assert a["attributes"]["file.fd"] == "3"
+    assert len(a["span_id"]) == 16 and len(a["trace_id"]) == 32
+    assert file_open_span(raw_open(event_id="other"))["span_id"] != a["span_id"]
+
+
+def test_failed_open_is_an_error_span_with_the_errno_name() -> None:
+    span = file_open_span(raw_open(result=-2))
+    assert span["status"] == "ERROR"
+    assert span["attributes"][names.ATTR_ERROR_TYPE] == "ENOENT"
+
+
+def test_step_turns_raw_into_derived_and_poison_into_a_dead_letter(codec: AvroCodec) -> None:
+    step = CorrelatorStep(codec, ManualClock(123))
+    [good] = step.process(message(codec.encode(names.RAW_FILEIO.record, raw_open())))
+    assert good.topic == names.DERIVED_SPAN.name
+    record, span = codec.decode(good.value)
+    assert record == names.DERIVED_SPAN.record and span["pid"] == 42
+
+    [bad] = step.process(message(b"\x00garbage", offset=1))
+    assert bad.topic == names.DEAD_LETTER.name
+    _record, letter = codec.decode(bad.value)
+    assert letter["source_offset"] == 1 and letter["value"] == b"\x00garbage"
+    assert "not an Avro single-object message" in letter["reason"]
+    assert letter["ts_ns"] == 123
+
+    wrong = codec.encode(
+        names.DERIVED_TRACE.record,
+        {
+            "edge_id": "e",
+            "trace_id": "t",
+            "parent_span_id": "p",
+            "child_span_id": "c",
+            "rule": "r",
+            "ts_ns": 1,
+        },
+    )
+    [misplaced] = step.process(message(wrong, offset=2))
+    assert misplaced.topic == names.DEAD_LETTER.name
+    assert (step.counters.consumed, step.counters.produced, step.counters.dead_letters) == (3, 1, 2)
