@@ -15,6 +15,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -72,10 +73,15 @@ class Service:
             return -9
 
 
+@dataclass
+class Cluster:
+    env: dict[str, str]
+    correlator: Service
+    query: Service
+
+
 @pytest.fixture
-def services(
-    kafka_bootstrap: str, opensearch_url: str, tmp_path: Path
-) -> Iterator[dict[str, Service]]:
+def cluster(kafka_bootstrap: str, opensearch_url: str, tmp_path: Path) -> Iterator[Cluster]:
     env = {
         **os.environ,
         "ZEROTRACE_KAFKA": kafka_bootstrap,
@@ -83,16 +89,13 @@ def services(
         "ZEROTRACE_NODE_ID": f"e2e-{uuid.uuid4().hex[:8]}",
         "ZEROTRACE_HOME": str(tmp_path),
     }
-    started: dict[str, Service] = {}
-    started["correlator"] = Service("correlator", ["correlator"], env, tmp_path)
-    started["query"] = Service(
+    correlator = Service("correlator", ["correlator"], env, tmp_path)
+    query = Service(
         "query", ["query", "--http-port", "18941", "--grpc-port", "18942"], env, tmp_path
     )
-    started["env"] = env  # type: ignore[assignment]
-    yield started
-    for name, service in started.items():
-        if isinstance(service, Service):
-            service.stop()
+    yield Cluster(env, correlator, query)
+    correlator.stop()
+    query.stop()
 
 
 def spans_for(target: str) -> list[dict[str, object]]:
@@ -103,12 +106,11 @@ def spans_for(target: str) -> list[dict[str, object]]:
 
 
 def test_slice_through_kafka_faust_and_opensearch(
-    services: dict[str, Service], kafka_bootstrap: str, tmp_path: Path
+    cluster: Cluster, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     target = tmp_path / f"known-{uuid.uuid4().hex[:6]}"
     target.write_text("x")
-    env: dict[str, str] = services["env"]  # type: ignore[assignment]
-    services["query"].wait_for("query: indexing")
+    cluster.query.wait_for("query: indexing")
 
     # Poison first: the correlator must dead-letter it and still process what follows.
     poison = f"not avro {uuid.uuid4().hex}".encode()
@@ -119,7 +121,7 @@ def test_slice_through_kafka_faust_and_opensearch(
     child = subprocess.Popen(
         [sys.executable, "-c", WORKLOAD, str(target), str(CALLS)], stdin=subprocess.PIPE
     )
-    collector = Service("collector", ["collector", "--pid", str(child.pid)], env, tmp_path)
+    collector = Service("collector", ["collector", "--pid", str(child.pid)], cluster.env, tmp_path)
     try:
         collector.wait_for("collector attached")
         assert child.stdin is not None

@@ -12,7 +12,7 @@ from zerotrace import settings
 from zerotrace.cli.common import BPF_DIR, StopFlag, probe_text, say
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
-from zerotrace.errors import FeatureUnavailable
+from zerotrace.errors import ConfigError, FeatureUnavailable
 from zerotrace.schemas import load_schema_dir
 
 
@@ -31,6 +31,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("query", help="index derived topics into OpenSearch; serve HTTP and gRPC")
     p.add_argument("--http-port", type=int, default=8080, help="HTTP API port on 127.0.0.1")
     p.add_argument("--grpc-port", type=int, default=50051, help="gRPC API port on 127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address the APIs listen on")
     p.set_defaults(handler=query)
 
     p = sub.add_parser("spans", help="list spans from a running query service")
@@ -40,6 +41,15 @@ def register(sub: Any) -> None:
     p.add_argument("--pid", type=int, default=0, help="only spans of this process")
     p.add_argument("--limit", type=int, default=20, help="at most this many (newest first)")
     p.set_defaults(handler=spans)
+
+    p = sub.add_parser(
+        "topics", help="list the topics of the names registry, or create them on Kafka",
+        description="Without --create: print each topic with its key, partitions and "
+        "retention. With --create: create the named topics (default: all) on $ZEROTRACE_KAFKA.",
+    )
+    p.add_argument("--create", action="store_true", help="create them on Kafka")
+    p.add_argument("names", nargs="*", help="topic names (default: every registry topic)")
+    p.set_defaults(handler=topics)
 
     p = sub.add_parser("settings", help="list every setting with its environment variable")
     p.set_defaults(handler=show_settings)
@@ -173,6 +183,26 @@ def spans(args: argparse.Namespace) -> int:
             f"{span['start_ns']} {span['process_name']}[{span['pid']}] {span['name']} "
             f"{span['status']}"
         )
+    return 0
+
+
+def topics(args: argparse.Namespace) -> int:
+    from zerotrace import names
+
+    try:
+        chosen = [names.topic_named(n) for n in args.names] or list(names.ALL_TOPICS)
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0])) from None
+    if args.create:
+        from zerotrace.bus_kafka import KafkaBus
+
+        common = settings.load(settings.CommonSettings)
+        KafkaBus(common.kafka).ensure_topics(chosen)
+        say(f"{len(chosen)} topics exist on {common.kafka}")
+        return 0
+    for t in chosen:
+        retention = "compacted" if t.compacted else f"{t.retention_ms // names.DAY_MS}d"
+        print(f"{t.name:18} key={t.key:12} partitions={t.partitions:<3} {retention:9} {t.record}")
     return 0
 
 
