@@ -34,8 +34,16 @@ exec "$VENV/bin/python" -m zerotrace "\$@"
 LAUNCH
 chmod +x "$VENV/bin/zerotrace"
 
+EBPF_STAMP="$VENV/.ebpf-ok-$(uname -r)"
 if [ "$(id -u)" = 0 ] && [ "${ZEROTRACE_SKIP_EBPF:-0}" != 1 ]; then
-  bash "$ROOT/scripts/setup-ebpf.sh" "$VENV"
+  # Quiet once it worked for this kernel, as long as tracefs is still mounted (not after boot).
+  if [ ! -e "$EBPF_STAMP" ] || [ ! -d /sys/kernel/tracing/events ] || [ ! -e "$SITE/bcc" ]; then
+    if bash "$ROOT/scripts/setup-ebpf.sh" "$VENV"; then
+      touch "$EBPF_STAMP"
+    else
+      say "eBPF set-up is incomplete (see above); everything but the collector still works"
+    fi
+  fi
 elif [ "$(id -u)" != 0 ]; then
   say "not root: skipping eBPF set-up (bcc, kernel headers); the collector will need root"
 fi

@@ -43,7 +43,8 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=spans)
 
     p = sub.add_parser(
-        "topics", help="list the topics of the names registry, or create them on Kafka",
+        "topics",
+        help="list the topics of the names registry, or create them on Kafka",
         description="Without --create: print each topic with its key, partitions and "
         "retention. With --create: create the named topics (default: all) on $ZEROTRACE_KAFKA.",
     )
