@@ -1,15 +1,13 @@
-from collections.abc import Iterable as _Iterable
-from collections.abc import Mapping as _Mapping
-from typing import ClassVar as _ClassVar
-
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from google.protobuf.internal import containers as _containers
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ListSpansRequest(_message.Message):
-    __slots__ = ("kind", "limit", "pid", "service", "start_ns_from", "start_ns_to")
+    __slots__ = ("kind", "service", "pid", "start_ns_from", "start_ns_to", "limit")
     KIND_FIELD_NUMBER: _ClassVar[int]
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -22,40 +20,17 @@ class ListSpansRequest(_message.Message):
     start_ns_from: int
     start_ns_to: int
     limit: int
-    def __init__(
-        self,
-        kind: str | None = ...,
-        service: str | None = ...,
-        pid: int | None = ...,
-        start_ns_from: int | None = ...,
-        start_ns_to: int | None = ...,
-        limit: int | None = ...,
-    ) -> None: ...
+    def __init__(self, kind: _Optional[str] = ..., service: _Optional[str] = ..., pid: _Optional[int] = ..., start_ns_from: _Optional[int] = ..., start_ns_to: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class Span(_message.Message):
-    __slots__ = (
-        "attributes",
-        "end_ns",
-        "kind",
-        "name",
-        "node_id",
-        "pid",
-        "process_name",
-        "service",
-        "span_id",
-        "start_ns",
-        "status",
-        "tid",
-        "trace_id",
-    )
+    __slots__ = ("span_id", "trace_id", "node_id", "pid", "tid", "process_name", "service", "kind", "name", "start_ns", "end_ns", "status", "attributes")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: str
         value: str
-        def __init__(self, key: str | None = ..., value: str | None = ...) -> None: ...
-
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SPAN_ID_FIELD_NUMBER: _ClassVar[int]
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -82,25 +57,10 @@ class Span(_message.Message):
     end_ns: int
     status: str
     attributes: _containers.ScalarMap[str, str]
-    def __init__(
-        self,
-        span_id: str | None = ...,
-        trace_id: str | None = ...,
-        node_id: str | None = ...,
-        pid: int | None = ...,
-        tid: int | None = ...,
-        process_name: str | None = ...,
-        service: str | None = ...,
-        kind: str | None = ...,
-        name: str | None = ...,
-        start_ns: int | None = ...,
-        end_ns: int | None = ...,
-        status: str | None = ...,
-        attributes: _Mapping[str, str] | None = ...,
-    ) -> None: ...
+    def __init__(self, span_id: _Optional[str] = ..., trace_id: _Optional[str] = ..., node_id: _Optional[str] = ..., pid: _Optional[int] = ..., tid: _Optional[int] = ..., process_name: _Optional[str] = ..., service: _Optional[str] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., status: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListSpansResponse(_message.Message):
     __slots__ = ("spans",)
     SPANS_FIELD_NUMBER: _ClassVar[int]
     spans: _containers.RepeatedCompositeFieldContainer[Span]
-    def __init__(self, spans: _Iterable[Span | _Mapping] | None = ...) -> None: ...
+    def __init__(self, spans: _Optional[_Iterable[_Union[Span, _Mapping]]] = ...) -> None: ...
