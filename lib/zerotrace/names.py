@@ -76,7 +76,9 @@ GROUP_QUERY_INDEXER = "zerotrace-query-indexer"
 # Service names as the CLI, docker-compose.yml and logs spell them.
 SERVICES = ("collector", "correlator", "profiler-agg", "query")
 
-# Span kinds and attribute keys. OpenTelemetry semantic-convention names where one exists.
+# Span kinds and attribute keys.
+SPAN_KIND_HTTP_CLIENT = "http.client"
+SPAN_KIND_HTTP_SERVER = "http.server" OpenTelemetry semantic-convention names where one exists.
 SPAN_KIND_FILE_OPEN = "file.open"
 ATTR_FILE_PATH = "file.path"
 ATTR_PROCESS_PID = "process.pid"
@@ -86,3 +88,13 @@ ATTR_ERROR_TYPE = "error.type"
 ATTR_GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
 ATTR_GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 ATTR_GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+ATTR_HTTP_METHOD = "http.request.method"
+ATTR_HTTP_STATUS = "http.response.status_code"
+ATTR_URL_PATH = "url.path"
+ATTR_SERVER_ADDRESS = "server.address"
+ATTR_SERVER_PORT = "server.port"
+ATTR_CLIENT_ADDRESS = "client.address"
+ATTR_CLIENT_PORT = "client.port"
+# OpenTelemetry GenAI metric names, used by the metric exports and the API.
+METRIC_TTFT = "gen_ai.server.time_to_first_token"
+METRIC_TPOT = "gen_ai.server.time_per_output_token"
