@@ -76,9 +76,9 @@ GROUP_QUERY_INDEXER = "zerotrace-query-indexer"
 # Service names as the CLI, docker-compose.yml and logs spell them.
 SERVICES = ("collector", "correlator", "profiler-agg", "query")
 
-# Span kinds and attribute keys.
+# Span kinds and attribute keys. OpenTelemetry semantic-convention names where one exists.
 SPAN_KIND_HTTP_CLIENT = "http.client"
-SPAN_KIND_HTTP_SERVER = "http.server" OpenTelemetry semantic-convention names where one exists.
+SPAN_KIND_HTTP_SERVER = "http.server"
 SPAN_KIND_FILE_OPEN = "file.open"
 ATTR_FILE_PATH = "file.path"
 ATTR_PROCESS_PID = "process.pid"
