@@ -15,7 +15,8 @@ from zerotrace.bus_kafka import KafkaBus, read_topic_from_start
 from zerotrace.codec import AvroCodec
 from zerotrace.schema_registry_kafka import KafkaSchemaRegistry
 from zerotrace.schemas import load_schema_dir
-from zerotrace_collector.collector import Collector
+from zerotrace_collector.collector import Collector, monotonic_to_epoch_offset_ns
+from zerotrace_collector.feeds import FileOpenFeed
 from zerotrace_collector.probes.fileio import FileOpenProbe
 
 BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
@@ -44,10 +45,12 @@ def test_23_opens_make_23_records_on_kafka(kafka_bootstrap: str, tmp_path: Path)
     child = subprocess.Popen(
         [sys.executable, "-c", WORKLOAD, str(target), str(CALLS)], stdin=subprocess.PIPE
     )
-    probe = FileOpenProbe(BPF_DIR, pid_filter=child.pid)
-    probe.attach()
+    feed = FileOpenFeed(
+        FileOpenProbe(BPF_DIR, pid_filter=child.pid), node_id, monotonic_to_epoch_offset_ns()
+    )
+    feed.attach()
     try:
-        collector = Collector(probe, producer, codec, node_id)
+        collector = Collector([feed], producer, codec)
         assert child.stdin is not None
         child.stdin.write(b"go\n")
         child.stdin.close()
@@ -56,7 +59,7 @@ def test_23_opens_make_23_records_on_kafka(kafka_bootstrap: str, tmp_path: Path)
         for _ in range(5):  # drain what is still in the ring buffer
             collector.pump(50)
     finally:
-        probe.close()
+        feed.close()
     assert child.returncode == 0
     assert producer.flush(30) == 0 and producer.failed == 0
 

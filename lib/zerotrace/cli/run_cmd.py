@@ -47,7 +47,12 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from zerotrace.store_duckdb import DuckDBStore
-    from zerotrace_collector.collector import Collector, require_root
+    from zerotrace_collector.collector import (
+        Collector,
+        monotonic_to_epoch_offset_ns,
+        require_root,
+    )
+    from zerotrace_collector.feeds import FileOpenFeed
     from zerotrace_collector.probes.fileio import FileOpenProbe, ProbeUnavailable
     from zerotrace_correlator.pipeline import INPUT_TOPICS, CorrelatorStep
     from zerotrace_query.grpc_api import GrpcApi
@@ -65,10 +70,12 @@ def run(args: argparse.Namespace) -> int:
     broker.ensure_topics()
     codec = AvroCodec(load_schema_dir(), InMemorySchemaRegistry())
     store = DuckDBStore(str(args.store or embedded_store_path(common.home)))
-    probe = FileOpenProbe(BPF_DIR, pid_filter=args.pid)
+    feed = FileOpenFeed(
+        FileOpenProbe(BPF_DIR, pid_filter=args.pid), common.node_id, monotonic_to_epoch_offset_ns()
+    )
     say("compiling and attaching the eBPF file-open probe")
     try:
-        probe.attach()
+        feed.attach()
     except ProbeUnavailable as exc:
         raise FeatureUnavailable(str(exc)) from None
     stop = StopFlag()
@@ -78,11 +85,10 @@ def run(args: argparse.Namespace) -> int:
         say(f"observing `{' '.join(command)}` (pid {child.pid})")
     family = ProcessFamily(child.pid) if child else None
     collector = Collector(
-        probe,
+        [feed],
         broker.producer(),
         codec,
-        common.node_id,
-        keep=(lambda s: family.contains(s.pid)) if family else None,
+        keep=(lambda r: family.contains(r.pid)) if family else None,
     )
     step = CorrelatorStep(codec, clock)
     correlator_in = broker.consumer(names.GROUP_CORRELATOR)
@@ -126,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
             if args.duration and now - started >= args.duration and drain_until is None:
                 drain_until = now + 0.2
     finally:
-        probe.close()
+        feed.close()
         http.stop()
         grpc.stop()
         store.close()

@@ -71,7 +71,12 @@ def _kafka_bus(common: settings.CommonSettings) -> Any:
 
 
 def collector(args: argparse.Namespace) -> int:
-    from zerotrace_collector.collector import Collector, require_root
+    from zerotrace_collector.collector import (
+        Collector,
+        monotonic_to_epoch_offset_ns,
+        require_root,
+    )
+    from zerotrace_collector.feeds import FileOpenFeed
     from zerotrace_collector.probes.fileio import FileOpenProbe, ProbeUnavailable
 
     if args.ebpf:
@@ -81,12 +86,14 @@ def collector(args: argparse.Namespace) -> int:
     common = settings.load(settings.CommonSettings)
     bus = _kafka_bus(common)
     producer = bus.producer()
-    probe = FileOpenProbe(BPF_DIR, pid_filter=args.pid)
+    feed = FileOpenFeed(
+        FileOpenProbe(BPF_DIR, pid_filter=args.pid), common.node_id, monotonic_to_epoch_offset_ns()
+    )
     try:
-        probe.attach()
+        feed.attach()
     except ProbeUnavailable as exc:
         raise FeatureUnavailable(str(exc)) from None
-    col = Collector(probe, producer, _kafka_codec(common.kafka), common.node_id)
+    col = Collector([feed], producer, _kafka_codec(common.kafka))
     stop = StopFlag()
     say(f"collector attached (file-open probe); publishing to {common.kafka}")
     started = time.monotonic()
@@ -97,11 +104,12 @@ def collector(args: argparse.Namespace) -> int:
                 break
     finally:
         col.pump(0)
-        probe.close()
+        feed.close()
         pending = producer.flush(30)
+    lost = ", ".join(f"{k} {v}" for k, v in col.counters().items() if k != "published")
     say(
         f"published {col.published} records, {pending} unacknowledged, "
-        f"{producer.failed} failed, {probe.malformed} malformed"
+        f"{producer.failed} failed; {lost}"
     )
     return 0 if pending == 0 and producer.failed == 0 else 1
 

@@ -1,29 +1,19 @@
-"""The collector loop: probe samples -> raw records -> bus. A thin shell over `records`.
+"""The collector loop: feeds (probe + record builder) -> bus. A thin shell.
 
-Never slows the traced process: the probe writes to a ring buffer the kernel drops from when
-we fall behind (counted by the probe), and this loop never blocks the kernel side.
+Never slows the traced process: probes write to ring buffers the kernel drops from when we
+fall behind (each feed counts its losses), and this loop never blocks the kernel side.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
 
-from zerotrace import names
 from zerotrace.bus import Producer
 from zerotrace.codec import AvroCodec
 from zerotrace.errors import Backpressure, FeatureUnavailable
-from zerotrace_collector.cgroup import container_id_of
-from zerotrace_collector.probes.fileio_decode import FileOpenSample
-from zerotrace_collector.records import file_open_record
-
-
-class SampleSource(Protocol):
-    def attach(self) -> None: ...
-    def poll(self, timeout_ms: int) -> list[FileOpenSample]: ...
-    def close(self) -> None: ...
+from zerotrace_collector.feeds import Feed, RawRecord
 
 
 def require_root() -> None:
@@ -42,39 +32,41 @@ def monotonic_to_epoch_offset_ns() -> int:
 class Collector:
     def __init__(
         self,
-        source: SampleSource,
+        feeds: Sequence[Feed],
         producer: Producer,
         codec: AvroCodec,
-        node_id: str,
-        keep: Callable[[FileOpenSample], bool] | None = None,
+        keep: Callable[[RawRecord], bool] | None = None,
     ) -> None:
-        self._source = source
+        self._feeds = list(feeds)
         self._producer = producer
         self._codec = codec
-        self._node_id = node_id
         self._keep = keep
-        self._offset_ns = monotonic_to_epoch_offset_ns()
         self.published = 0
         self.backpressure = 0
 
-    def pump(self, timeout_ms: int = 100) -> list[dict[str, Any]]:
-        """Move what the probe has to the bus; returns the records published."""
-        records = []
-        for sample in self._source.poll(timeout_ms):
-            if self._keep is not None and not self._keep(sample):
-                continue
-            record = file_open_record(
-                sample, self._node_id, self._offset_ns, container_id_of(sample.pid)
-            )
-            value = self._codec.encode(names.RAW_FILEIO.record, record)
-            key = str(sample.pid).encode()
-            while True:
-                try:
-                    self._producer.produce(names.RAW_FILEIO.name, key, value)
-                    break
-                except Backpressure:
-                    self.backpressure += 1  # wait for the broker rather than drop
-                    self._producer.flush(1.0)
-            records.append(record)
-        self.published += len(records)
-        return records
+    def pump(self, timeout_ms: int = 100) -> list[RawRecord]:
+        """Move what the feeds have to the bus; returns the records published. The timeout
+        is shared: the first feed may wait for it, the others are only drained."""
+        published = []
+        for i, feed in enumerate(self._feeds):
+            for raw in feed.poll(timeout_ms if i == 0 else 0):
+                if self._keep is not None and not self._keep(raw):
+                    continue
+                value = self._codec.encode(raw.record, raw.datum)
+                while True:
+                    try:
+                        self._producer.produce(raw.topic, raw.key, value)
+                        break
+                    except Backpressure:
+                        self.backpressure += 1  # wait for the broker rather than drop
+                        self._producer.flush(1.0)
+                published.append(raw)
+        self.published += len(published)
+        return published
+
+    def counters(self) -> dict[str, int]:
+        out = {"published": self.published, "backpressure": self.backpressure}
+        for feed in self._feeds:
+            for name, count in feed.counters().items():
+                out[f"{feed.name}.{name}"] = count
+        return out

@@ -1,0 +1,75 @@
+"""Feeds: a probe plus what turns its samples into raw records for the bus.
+
+The collector loop only moves `RawRecord`s; each feed knows its probe's samples and which
+topic, key and record they become. A feed owns its probe: attach, poll, close.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from zerotrace import names
+from zerotrace_collector.cgroup import container_id_of
+from zerotrace_collector.probes.fileio import FileOpenProbe
+from zerotrace_collector.records import file_open_record
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    topic: str
+    key: bytes
+    record: str  # Avro full name
+    datum: dict[str, Any]
+
+    @property
+    def pid(self) -> int:
+        return int(self.datum.get("pid") or 0)
+
+
+class Feed(Protocol):
+    name: str
+
+    def attach(self) -> None:
+        """Load and attach; raises ProbeUnavailable with one line when it cannot."""
+        ...
+
+    def poll(self, timeout_ms: int) -> Sequence[RawRecord]: ...
+
+    def counters(self) -> dict[str, int]:
+        """Named counts of what was lost or refused (lost events, malformed, truncated)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class FileOpenFeed:
+    name = "file-open"
+
+    def __init__(self, probe: FileOpenProbe, node_id: str, mono_to_epoch_ns: int) -> None:
+        self._probe = probe
+        self._node_id = node_id
+        self._offset_ns = mono_to_epoch_ns
+
+    def attach(self) -> None:
+        self._probe.attach()
+
+    def poll(self, timeout_ms: int) -> list[RawRecord]:
+        out = []
+        for sample in self._probe.poll(timeout_ms):
+            datum = file_open_record(
+                sample, self._node_id, self._offset_ns, container_id_of(sample.pid)
+            )
+            out.append(
+                RawRecord(
+                    names.RAW_FILEIO.name, str(sample.pid).encode(), names.RAW_FILEIO.record, datum
+                )
+            )
+        return out
+
+    def counters(self) -> dict[str, int]:
+        return {"malformed": self._probe.malformed, "lost": self._probe.lost}
+
+    def close(self) -> None:
+        self._probe.close()

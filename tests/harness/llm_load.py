@@ -1,0 +1,258 @@
+"""Clients that record the truth: for every request, when it was sent and when each token
+arrived, as seen by the client itself. For the LLM accuracy tests and benchmarks.
+
+Every request runs in one of `concurrency` worker processes, one request at a time each, so a
+client timestamp is taken right after its own recv returns (threads would wait for the GIL
+there, and the client's truth would lag its syscalls by milliseconds).
+
+Kinds: openai-chat-stream, openai-chat-stream-usage, openai-completions-stream, openai-chat
+(non-stream), openai-responses-stream, raw-chat-stream (a plain socket client, no SDK).
+The model name carries the request number, so a test can join zerotrace's records to these.
+
+Run: python -m tests.harness.llm_load --url http://127.0.0.1:8000 --requests 200 --out t.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import socket
+import ssl
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+KINDS = (
+    "openai-chat-stream",
+    "openai-chat-stream-usage",
+    "openai-completions-stream",
+    "openai-chat",
+    "openai-responses-stream",
+    "raw-chat-stream",
+)
+
+
+@dataclass
+class Truth:
+    number: int
+    kind: str
+    model: str
+    stream: bool
+    sent_ns: int = 0
+    token_ns: list[int] = field(default_factory=list)  # arrival of each content event
+    done_ns: int = 0
+    output_tokens: int = 0
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Spec:
+    number: int
+    kind: str
+    tokens: int
+    first_ms: float
+    token_ms: float
+
+
+_client: Any = None
+_sent_ns = 0
+_url = ""
+_cafile: str | None = None
+
+
+def _mark_sent(_request: Any) -> None:
+    global _sent_ns
+    _sent_ns = time.time_ns()  # httpx calls request hooks right before sending
+
+
+def _init(url: str, cafile: str | None) -> None:
+    global _client, _url, _cafile
+    import httpx
+    from openai import OpenAI
+
+    _url, _cafile = url, cafile
+    verify: Any = ssl.create_default_context(cafile=cafile) if cafile else True
+    http = httpx.Client(verify=verify, event_hooks={"request": [_mark_sent]}, timeout=60)
+    _client = OpenAI(base_url=f"{url}/v1", api_key="not-needed", http_client=http, max_retries=0)
+    # The SDK imports its response types lazily, on first use, which takes seconds: warm every
+    # kind up once so no measured request pays for it. Models named warmup-* are not measured.
+    for kind in KINDS:
+        warm = run_one(Spec(-1, kind, 2, 0, 0))
+        if warm.error:
+            raise RuntimeError(f"warm-up {kind} failed: {warm.error}")
+
+
+def run_one(spec: Spec) -> Truth:
+    model = f"model-{spec.kind}-{spec.number:03d}" if spec.number >= 0 else f"warmup-{spec.kind}"
+    truth = Truth(spec.number, spec.kind, model, stream=spec.kind != "openai-chat")
+    extra = {"zt_pace": {"first_ms": spec.first_ms, "token_ms": spec.token_ms}}
+    try:
+        if spec.kind == "raw-chat-stream":
+            _raw_stream(spec, model, truth)
+        elif spec.kind == "openai-chat":
+            response = _client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": "hi"}],
+                max_tokens=spec.tokens,
+                extra_body=extra,
+            )
+            now = time.time_ns()
+            truth.sent_ns, truth.token_ns, truth.done_ns = _sent_ns, [now], now
+            truth.output_tokens = response.usage.completion_tokens
+        elif spec.kind == "openai-completions-stream":
+            stream = _client.completions.create(
+                model=model, prompt="hi", stream=True, max_tokens=spec.tokens, extra_body=extra
+            )
+            for chunk in stream:
+                now = time.time_ns()
+                if chunk.choices and chunk.choices[0].text:
+                    truth.token_ns.append(now)
+            truth.sent_ns, truth.done_ns = _sent_ns, time.time_ns()
+            truth.output_tokens = len(truth.token_ns)
+        elif spec.kind == "openai-responses-stream":
+            stream = _client.responses.create(
+                model=model,
+                input="hi",
+                stream=True,
+                max_output_tokens=spec.tokens,
+                extra_body=extra,
+            )
+            for event in stream:
+                now = time.time_ns()
+                if event.type == "response.output_text.delta" and event.delta:
+                    truth.token_ns.append(now)
+            truth.sent_ns, truth.done_ns = _sent_ns, time.time_ns()
+            truth.output_tokens = len(truth.token_ns)
+        else:
+            options = {"include_usage": True} if spec.kind.endswith("usage") else None
+            stream = _client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,
+                max_tokens=spec.tokens,
+                stream_options=options,
+                extra_body=extra,
+            )
+            for chunk in stream:
+                now = time.time_ns()
+                if chunk.choices and chunk.choices[0].delta.content:
+                    truth.token_ns.append(now)
+                if chunk.usage is not None:
+                    truth.output_tokens = chunk.usage.completion_tokens
+            truth.sent_ns, truth.done_ns = _sent_ns, time.time_ns()
+            truth.output_tokens = truth.output_tokens or len(truth.token_ns)
+    except Exception as exc:  # recorded, so a test shows which request failed and why
+        truth.error = f"{type(exc).__name__}: {exc}"
+    return truth
+
+
+def _raw_stream(spec: Spec, model: str, truth: Truth) -> None:
+    """HTTP/1.1 over a plain socket: chunked transfer decoding and SSE parsing by hand."""
+    url = urlparse(_url)
+    body = json.dumps(
+        {
+            "model": model,
+            "stream": True,
+            "max_tokens": spec.tokens,
+            "messages": [{"role": "user", "content": "hi"}],
+            "zt_pace": {"first_ms": spec.first_ms, "token_ms": spec.token_ms},
+        }
+    )
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {url.netloc}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    sock: Any = socket.create_connection((url.hostname, url.port or 80))
+    if url.scheme == "https":
+        context = ssl.create_default_context(cafile=_cafile)
+        sock = context.wrap_socket(sock, server_hostname=url.hostname)
+    with sock:
+        truth.sent_ns = time.time_ns()
+        sock.sendall(head.encode() + body.encode())
+        raw = b""
+        while True:
+            data = sock.recv(65536)
+            now = time.time_ns()
+            if not data:
+                break
+            raw += data
+            # Count complete SSE content events seen so far; stamp the new ones with now.
+            events = _sse_events(_dechunk(raw))
+            content = [e for e in events if _has_content(e)]
+            truth.token_ns += [now] * (len(content) - len(truth.token_ns))
+        truth.done_ns = time.time_ns()
+    truth.output_tokens = len(truth.token_ns)
+
+
+def _dechunk(raw: bytes) -> bytes:
+    _head, _, rest = raw.partition(b"\r\n\r\n")
+    out = b""
+    while rest:
+        size_line, sep, rest = rest.partition(b"\r\n")
+        if not sep:
+            break
+        size = int(size_line.split(b";")[0] or b"0", 16)
+        if size == 0 or len(rest) < size:
+            out += rest[:size] if size else b""
+            break
+        out, rest = out + rest[:size], rest[size + 2 :]
+    return out
+
+
+def _sse_events(body: bytes) -> list[str]:
+    events = body.replace(b"\r\n", b"\n").split(b"\n\n")[:-1]  # the last one may be partial
+    return [
+        line[5:].strip().decode()
+        for e in events
+        for line in e.split(b"\n")
+        if line.startswith(b"data:")
+    ]
+
+
+def _has_content(data: str) -> bool:
+    if data == "[DONE]":
+        return False
+    choices = json.loads(data).get("choices") or []
+    return any((c.get("delta") or {}).get("content") for c in choices)
+
+
+def plan(requests: int, tokens: int = 12, first_ms: float = 25, token_ms: float = 6) -> list[Spec]:
+    """A deterministic mix of every kind, with tokens and pacing varying per request."""
+    return [
+        Spec(i, KINDS[i % len(KINDS)], tokens + i % 7, first_ms + (i % 5) * 3, token_ms + (i % 3))
+        for i in range(requests)
+    ]
+
+
+def run_load(
+    url: str, specs: list[Spec], concurrency: int, cafile: str | None = None
+) -> list[Truth]:
+    context = multiprocessing.get_context("fork")
+    with context.Pool(concurrency, initializer=_init, initargs=(url, cafile)) as pool:
+        return sorted(pool.imap_unordered(run_one, specs), key=lambda t: t.number)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--cafile")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    truths = run_load(args.url, plan(args.requests), args.concurrency, args.cafile)
+    with open(args.out, "w") as out:
+        json.dump([asdict(t) for t in truths], out)
+    failed = [t for t in truths if t.error]
+    print(
+        f"{len(truths)} requests, {len(failed)} failed" + (f": {failed[0].error}" if failed else "")
+    )
+
+
+if __name__ == "__main__":
+    main()

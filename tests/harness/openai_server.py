@@ -1,0 +1,250 @@
+"""A real OpenAI-compatible server on the stack vLLM uses (an ASGI app under uvicorn with
+uvloop and httptools), streaming tokens with controlled pacing. For tests and benchmarks.
+
+Pacing comes from the request, so each test decides it: `max_tokens` is the number of tokens
+generated; the extra body field `zt_pace` = {"first_ms": prefill delay, "token_ms": delay
+between tokens}. Streams look like vLLM's: a role-only first chunk for chat, one chunk per
+token, a finish chunk, the usage chunk when `stream_options.include_usage`, then [DONE].
+
+Run: python -m tests.harness.openai_server --port 8000 [--certfile C --keyfile K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def token_text(i: int) -> str:
+    return f"tok{i} "
+
+
+async def read_body(receive: Receive) -> bytes:
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
+async def app(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    path = scope["path"]
+    body = await read_body(receive)
+    if scope["method"] != "POST":
+        await respond_json(send, 404, {"error": {"message": "not found"}})
+        return
+    try:
+        request = json.loads(body or b"{}")
+    except ValueError:
+        await respond_json(send, 400, {"error": {"message": "bad json"}})
+        return
+    if path.endswith("/v1/chat/completions"):
+        endpoint = "chat"
+    elif path.endswith("/v1/completions"):
+        endpoint = "completions"
+    elif path.endswith("/v1/responses"):
+        endpoint = "responses"
+    else:
+        await respond_json(send, 404, {"error": {"message": f"no route {path}"}})
+        return
+    await generate(endpoint, request, send)
+
+
+async def respond_json(send: Send, status: int, body: Any) -> None:
+    data = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+def usage(prompt: int, completion: int, endpoint: str) -> dict[str, Any]:
+    if endpoint == "responses":
+        return {
+            "input_tokens": prompt,
+            "output_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+async def generate(endpoint: str, request: dict[str, Any], send: Send) -> None:
+    n = int(request.get("max_tokens") or request.get("max_output_tokens") or 16)
+    pace = request.get("zt_pace") or {}
+    first_s = float(pace.get("first_ms", 20)) / 1000
+    token_s = float(pace.get("token_ms", 5)) / 1000
+    model = request.get("model", "test-model")
+    prompt_tokens = 7
+    rid = f"cmpl-{time.monotonic_ns()}"
+    if not request.get("stream"):
+        await asyncio.sleep(first_s + token_s * (n - 1))
+        text = "".join(token_text(i) for i in range(n))
+        if endpoint == "chat":
+            body: dict[str, Any] = {
+                "id": rid,
+                "object": "chat.completion",
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "length",
+                        "message": {"role": "assistant", "content": text},
+                    }
+                ],
+            }
+        elif endpoint == "completions":
+            body = {
+                "id": rid,
+                "object": "text_completion",
+                "model": model,
+                "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+            }
+        else:
+            body = {
+                "id": rid,
+                "object": "response",
+                "model": model,
+                "status": "completed",
+                "output": [
+                    {
+                        "type": "message",
+                        "role": "assistant",
+                        "content": [{"type": "output_text", "text": text}],
+                    }
+                ],
+            }
+        body["usage"] = usage(prompt_tokens, n, endpoint)
+        await respond_json(send, 200, body)
+        return
+    include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+        }
+    )
+
+    async def event(payload: Any, name: str | None = None) -> None:
+        head = f"event: {name}\n" if name else ""
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        await send(
+            {
+                "type": "http.response.body",
+                "body": f"{head}data: {data}\n\n".encode(),
+                "more_body": True,
+            }
+        )
+
+    def chunk(
+        delta: dict[str, Any] | None = None, text: str | None = None, finish: str | None = None
+    ) -> dict[str, Any]:
+        if endpoint == "chat":
+            choice: dict[str, Any] = {"index": 0, "delta": delta or {}, "finish_reason": finish}
+            return {
+                "id": rid,
+                "object": "chat.completion.chunk",
+                "model": model,
+                "choices": [choice],
+            }
+        return {
+            "id": rid,
+            "object": "text_completion",
+            "model": model,
+            "choices": [{"index": 0, "text": text or "", "finish_reason": finish}],
+        }
+
+    if endpoint == "chat":
+        await event(chunk({"role": "assistant", "content": ""}))  # role-only, as vLLM does
+    elif endpoint == "responses":
+        await event(
+            {"type": "response.created", "response": {"id": rid, "model": model}},
+            "response.created",
+        )
+    await asyncio.sleep(first_s)
+    for i in range(n):
+        if i:
+            await asyncio.sleep(token_s)
+        if endpoint == "chat":
+            await event(chunk({"content": token_text(i)}))
+        elif endpoint == "completions":
+            await event(chunk(text=token_text(i)))
+        else:
+            await event(
+                {"type": "response.output_text.delta", "delta": token_text(i)},
+                "response.output_text.delta",
+            )
+    if endpoint == "responses":
+        await event(
+            {
+                "type": "response.completed",
+                "response": {
+                    "id": rid,
+                    "model": model,
+                    "status": "completed",
+                    "usage": usage(prompt_tokens, n, endpoint),
+                },
+            },
+            "response.completed",
+        )
+    else:
+        await event(chunk({}, finish="length"))
+        if include_usage:
+            final = chunk()
+            final["choices"] = []
+            final["usage"] = usage(prompt_tokens, n, endpoint)
+            await event(final)
+        await event("[DONE]")
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def main() -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--certfile")
+    parser.add_argument("--keyfile")
+    args = parser.parse_args()
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        ssl_certfile=args.certfile,
+        ssl_keyfile=args.keyfile,
+    )
+
+
+if __name__ == "__main__":
+    main()
