@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from zerotrace_collector.feeds import FileOpenFeed
     from zerotrace_collector.probes.fileio import FileOpenProbe, ProbeUnavailable
+    from zerotrace_collector.process_family import ProcessFamily
     from zerotrace_correlator.pipeline import INPUT_TOPICS, CorrelatorStep
     from zerotrace_query.grpc_api import GrpcApi
     from zerotrace_query.http_api import HttpApi
@@ -141,31 +142,6 @@ def run(args: argparse.Namespace) -> int:
     for line in summary.lines(step.counters.dead_letters + indexer.dead_letters):
         print(line)
     return exit_code
-
-
-class ProcessFamily:
-    """A process and its descendants, found through /proc as their events arrive."""
-
-    def __init__(self, root_pid: int) -> None:
-        self._members = {root_pid}
-        self._strangers: set[int] = set()
-
-    def contains(self, pid: int) -> bool:
-        if pid in self._members:
-            return True
-        if pid in self._strangers:
-            return False
-        chain, current = [], pid
-        while current > 1 and current not in self._members:
-            chain.append(current)
-            try:
-                stat = Path(f"/proc/{current}/stat").read_text()
-                current = int(stat.rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                break  # exited before we looked: cannot tell; leave it out
-        inside = current in self._members
-        (self._members if inside else self._strangers).update(chain)
-        return inside
 
 
 class Summary:
