@@ -8,6 +8,7 @@ from typing import Any
 from zerotrace import names
 from zerotrace.errors import PoisonInput
 from zerotrace.store import IndexSpec
+from zerotrace_query.llm_stats import is_error
 
 SPANS = IndexSpec(
     name=names.INDEX_SPANS,
@@ -31,7 +32,41 @@ SPANS = IndexSpec(
     time_field="start_ns",
 )
 
-INDEX_SPECS = (SPANS,)
+LLM_REQUESTS = IndexSpec(
+    name=names.INDEX_LLM,
+    fields={
+        "request_id": "keyword",
+        "span_id": "keyword",
+        "node_id": "keyword",
+        "pid": "long",
+        "service": "keyword",
+        "model": "keyword",
+        "endpoint": "keyword",
+        "observation_point": "keyword",
+        "stream": "boolean",
+        "start_ns": "long",
+        "end_ns": "long",
+        "duration_ns": "long",
+        "ttft_ns": "long",
+        "tpot_ns": "long",
+        "input_tokens": "long",
+        "output_tokens": "long",
+        "output_tokens_estimated": "boolean",
+        "tokens_per_s": "double",
+        "finish_reason": "keyword",
+        "status_code": "long",
+        # "ok" or "error" (llm_stats.is_error), so `status=error` is one term query.
+        "status": "keyword",
+        # Free text of any length: `text` keeps a long reason from refusing the document.
+        "error": "text",
+        "path": "text",
+    },
+    time_field="start_ns",
+)
+
+INDEX_SPECS = (SPANS, LLM_REQUESTS)
+LLM_STATUS_OK = "ok"
+LLM_STATUS_ERROR = "error"
 
 
 def span_document(span: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -41,9 +76,21 @@ def span_document(span: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     return str(span["span_id"]), doc
 
 
+def llm_document(request: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(document id, document). The id is the request id (deterministic), so a replay of the
+    same raw events replaces the document instead of adding a second one."""
+    doc = dict(request)
+    doc["duration_ns"] = int(request["end_ns"]) - int(request["start_ns"])
+    doc["status"] = LLM_STATUS_ERROR if is_error(request) else LLM_STATUS_OK
+    return str(request["request_id"]), doc
+
+
 def document_for(record: str, datum: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """(index name, id, document) for a derived record; PoisonInput for any other record."""
     if record == names.DERIVED_SPAN.record:
         doc_id, doc = span_document(datum)
         return SPANS.name, doc_id, doc
+    if record == names.DERIVED_LLM.record:
+        doc_id, doc = llm_document(datum)
+        return LLM_REQUESTS.name, doc_id, doc
     raise PoisonInput(f"the query service does not index {record} yet")

@@ -1,4 +1,5 @@
-"""gRPC API (schemas/zerotrace_api.proto): the same span search as the HTTP API."""
+"""gRPC API (schemas/zerotrace_api.proto): the same span search and LLM queries as the HTTP
+API; each method builds a filter, calls the pure function and maps its dict to messages."""
 
 from __future__ import annotations
 
@@ -7,10 +8,23 @@ from typing import Any
 
 import grpc
 
+from zerotrace.errors import ZerotraceError
 from zerotrace.store import Store
 from zerotrace_query.api import zerotrace_api_pb2 as pb
 from zerotrace_query.api import zerotrace_api_pb2_grpc as pb_grpc
+from zerotrace_query.llm_search import (
+    DEFAULT_LIST_LIMIT,
+    DEFAULT_STATS_LIMIT,
+    LlmFilter,
+    list_llm_requests,
+    llm_concurrency,
+    llm_percentiles,
+)
+from zerotrace_query.llm_stats import NS_PER_S
 from zerotrace_query.span_search import SpanFilter, search_spans
+
+# LlmRequest message fields, copied from the document when present (None stays unset).
+_LLM_FIELDS = tuple(pb.LlmRequest.DESCRIPTOR.fields_by_name)
 
 
 def span_message(doc: dict[str, Any]) -> Any:
@@ -31,6 +45,91 @@ def span_message(doc: dict[str, Any]) -> Any:
     )
 
 
+def llm_request_message(doc: dict[str, Any]) -> Any:
+    return pb.LlmRequest(**{k: doc[k] for k in _LLM_FIELDS if doc.get(k) is not None})
+
+
+def coverage_message(body: dict[str, Any]) -> Any:
+    return pb.Coverage(
+        count=body["count"],
+        total=body["total"],
+        limit=body["limit"],
+        truncated=body["truncated"],
+        complete_from_ns=body.get("complete_from_ns", 0),
+        warning=body.get("warning", ""),
+    )
+
+
+def _percentiles(values: dict[str, float] | None) -> Any:
+    return pb.Percentiles(**values) if values else None
+
+
+def percentiles_message(body: dict[str, Any]) -> Any:
+    return pb.LlmPercentilesResponse(
+        bucket_ns=body["bucket_ns"],
+        from_ns=body["from_ns"],
+        to_ns=body["to_ns"],
+        coverage=coverage_message(body),
+        series=[
+            pb.LlmPercentileSeries(
+                model=s["model"],
+                service=s["service"],
+                count=s["count"],
+                errors=s["errors"],
+                ttft_ns=_percentiles(s["ttft_ns"]),
+                tpot_ns=_percentiles(s["tpot_ns"]),
+                tokens_per_s=_percentiles(s["tokens_per_s"]),
+                buckets=[
+                    pb.LlmPercentileBucket(
+                        start_ns=b["start_ns"],
+                        count=b["count"],
+                        errors=b["errors"],
+                        ttft_ns=_percentiles(b["ttft_ns"]),
+                        tpot_ns=_percentiles(b["tpot_ns"]),
+                        tokens_per_s=_percentiles(b["tokens_per_s"]),
+                        output_tokens=b["output_tokens"],
+                        throughput_tokens_per_s=b["throughput_tokens_per_s"],
+                    )
+                    for b in s["buckets"]
+                ],
+            )
+            for s in body["series"]
+        ],
+    )
+
+
+def concurrency_message(body: dict[str, Any]) -> Any:
+    return pb.LlmConcurrencyResponse(
+        bucket_ns=body["bucket_ns"],
+        from_ns=body["from_ns"],
+        to_ns=body["to_ns"],
+        coverage=coverage_message(body),
+        series=[
+            pb.LlmConcurrencySeries(
+                model=s["model"],
+                service=s["service"],
+                buckets=[pb.LlmConcurrencyBucket(**b) for b in s["buckets"]],
+            )
+            for s in body["series"]
+        ],
+    )
+
+
+def llm_filter(request: Any, stats: bool) -> LlmFilter:
+    """The LlmFilter of a request message, checked (ValueError names the bad field)."""
+    if not 0 <= request.bucket_s <= 86400 * 366:  # NaN fails too
+        raise ValueError("'bucket_s' must be between 0 (automatic) and 31622400 seconds")
+    return LlmFilter(
+        model=request.model,
+        service=request.service,
+        status=request.status,
+        start_ns_from=request.start_ns_from,
+        start_ns_to=request.start_ns_to,
+        limit=request.limit or (DEFAULT_STATS_LIMIT if stats else DEFAULT_LIST_LIMIT),
+        bucket_ns=round(request.bucket_s * NS_PER_S),
+    ).check()
+
+
 class QueryServicer(pb_grpc.QueryServicer):  # type: ignore[misc]  # generated base, untyped
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -45,6 +144,30 @@ class QueryServicer(pb_grpc.QueryServicer):  # type: ignore[misc]  # generated b
             limit=request.limit or 100,
         )
         return pb.ListSpansResponse(spans=[span_message(d) for d in search_spans(self._store, flt)])
+
+    def ListLlmRequests(self, request: Any, context: Any) -> Any:
+        body = self._answer(list_llm_requests, request, context, stats=False)
+        return pb.ListLlmRequestsResponse(
+            requests=[llm_request_message(d) for d in body["requests"]],
+            coverage=coverage_message(body),
+        )
+
+    def LlmPercentiles(self, request: Any, context: Any) -> Any:
+        return percentiles_message(self._answer(llm_percentiles, request, context, stats=True))
+
+    def LlmConcurrency(self, request: Any, context: Any) -> Any:
+        return concurrency_message(self._answer(llm_concurrency, request, context, stats=True))
+
+    def _answer(self, answer: Any, request: Any, context: Any, stats: bool) -> dict[str, Any]:
+        try:
+            result: dict[str, Any] = answer(self._store, llm_filter(request, stats))
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise  # abort raises; this line only tells readers and type checkers so
+        except ZerotraceError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            raise
+        return result
 
 
 class GrpcApi:
@@ -67,3 +190,21 @@ def list_spans(address: str, **filters: Any) -> list[Any]:
     with grpc.insecure_channel(address) as channel:
         stub = pb_grpc.QueryStub(channel)
         return list(stub.ListSpans(pb.ListSpansRequest(**filters), timeout=10).spans)
+
+
+def _call(address: str, method: str, request: Any) -> Any:
+    with grpc.insecure_channel(address) as channel:
+        return getattr(pb_grpc.QueryStub(channel), method)(request, timeout=10)
+
+
+def list_llm_requests_rpc(address: str, **filters: Any) -> Any:
+    """Client helpers for the CLI and tests: the response message."""
+    return _call(address, "ListLlmRequests", pb.LlmFilter(**filters))
+
+
+def llm_percentiles_rpc(address: str, **filters: Any) -> Any:
+    return _call(address, "LlmPercentiles", pb.LlmFilter(**filters))
+
+
+def llm_concurrency_rpc(address: str, **filters: Any) -> Any:
+    return _call(address, "LlmConcurrency", pb.LlmFilter(**filters))

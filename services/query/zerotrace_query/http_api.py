@@ -1,17 +1,29 @@
-"""HTTP API: GET /api/v1/spans (JSON), GET /healthz. Standard library server, one thread per
-request; the store does its own locking."""
+"""HTTP API: GET /api/v1/spans, /api/v1/llm/{requests,percentiles,concurrency} (JSON), the web
+page (GET /, /static/...), GET /healthz. Standard library server, one thread per request; the
+store does its own locking. Handlers only parse, call a pure function, and write JSON."""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from zerotrace.errors import ZerotraceError
 from zerotrace.store import Store
+from zerotrace_query.llm_search import (
+    DEFAULT_LIST_LIMIT,
+    DEFAULT_STATS_LIMIT,
+    LlmFilter,
+    list_llm_requests,
+    llm_concurrency,
+    llm_percentiles,
+)
+from zerotrace_query.llm_stats import NS_PER_S
 from zerotrace_query.span_search import SpanFilter, search_spans
 
 log = logging.getLogger(__name__)
@@ -37,6 +49,67 @@ def parse_span_filter(query_string: str) -> SpanFilter:
     )
 
 
+LLM_LIST_PARAMS = frozenset({"model", "service", "status", "from", "to", "limit"})
+LLM_STATS_PARAMS = frozenset({"model", "service", "status", "from", "to", "limit", "bucket_s"})
+
+
+def parse_llm_filter(query_string: str, stats: bool = False) -> LlmFilter:
+    """?model=&service=&status=ok|error&from=&to=&limit=[&bucket_s=] -> LlmFilter (checked);
+    ValueError names the bad parameter. from/to: ns since the epoch; bucket_s: seconds."""
+    try:
+        pairs = parse_qs(query_string, keep_blank_values=True, strict_parsing=bool(query_string))
+    except ValueError:
+        raise ValueError(f"malformed query string {query_string!r}") from None
+    params = {k: v[-1] for k, v in pairs.items()}
+    allowed = LLM_STATS_PARAMS if stats else LLM_LIST_PARAMS
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise ValueError(
+            f"unknown query parameter {unknown[0]!r}; known: {', '.join(sorted(allowed))}"
+        )
+
+    def integer(name: str, default: int) -> int:
+        try:
+            return int(params.get(name) or default)
+        except ValueError:
+            raise ValueError(f"query parameter {name!r} must be an integer") from None
+
+    bucket_ns = 0
+    if params.get("bucket_s"):
+        try:
+            bucket_s = float(params["bucket_s"])
+        except ValueError:
+            raise ValueError("query parameter 'bucket_s' must be a number of seconds") from None
+        if not 0.001 <= bucket_s <= 86400 * 366:
+            raise ValueError("query parameter 'bucket_s' must be between 0.001 and 31622400")
+        bucket_ns = round(bucket_s * NS_PER_S)
+    default_limit = DEFAULT_STATS_LIMIT if stats else DEFAULT_LIST_LIMIT
+    return LlmFilter(
+        model=params.get("model", ""),
+        service=params.get("service", ""),
+        status=params.get("status", ""),
+        start_ns_from=integer("from", 0),
+        start_ns_to=integer("to", 0),
+        limit=integer("limit", default_limit),
+        bucket_ns=bucket_ns,
+    ).check()
+
+
+WEB_DIR = Path(__file__).resolve().parent / "web"
+# Every file the page needs, by URL path; nothing else under web/ is reachable.
+WEB_FILES = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/index.html": ("index.html", "text/html; charset=utf-8"),
+    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/static/style.css": ("style.css", "text/css; charset=utf-8"),
+}
+LLM_ROUTES: dict[str, tuple[bool, Callable[[Store, LlmFilter], dict[str, Any]]]] = {
+    "/api/v1/llm/requests": (False, list_llm_requests),
+    "/api/v1/llm/percentiles": (True, llm_percentiles),
+    "/api/v1/llm/concurrency": (True, llm_concurrency),
+}
+
+
 def make_handler(store: Store) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -55,14 +128,37 @@ def make_handler(store: Store) -> type[BaseHTTPRequestHandler]:
                     self._send(503, {"error": str(exc)})
                     return
                 self._send(200, {"spans": spans, "count": len(spans)})
+            elif url.path in LLM_ROUTES:
+                stats, answer = LLM_ROUTES[url.path]
+                try:
+                    llm_filter = parse_llm_filter(url.query, stats=stats)
+                except ValueError as exc:
+                    self._send(400, {"error": str(exc)})
+                    return
+                try:
+                    body = answer(store, llm_filter)
+                except ValueError as exc:  # e.g. too many buckets for the range
+                    self._send(400, {"error": str(exc)})
+                    return
+                except ZerotraceError as exc:
+                    self._send(503, {"error": str(exc)})
+                    return
+                self._send(200, body)
+            elif url.path in WEB_FILES:
+                name, content_type = WEB_FILES[url.path]
+                self._send_bytes(200, (WEB_DIR / name).read_bytes(), content_type)
             else:
-                self._send(404, {"error": f"no such path {url.path}; try /api/v1/spans"})
+                known = ", ".join(["/", "/api/v1/spans", *LLM_ROUTES])
+                self._send(404, {"error": f"no such path {url.path}; try one of {known}"})
 
         def _send(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
+            self._send_bytes(status, json.dumps(body).encode(), "application/json")
+
+        def _send_bytes(self, status: int, data: bytes, content_type: str) -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-cache")
             self.end_headers()
             self.wfile.write(data)
 

@@ -64,3 +64,191 @@ class ListSpansResponse(_message.Message):
     SPANS_FIELD_NUMBER: _ClassVar[int]
     spans: _containers.RepeatedCompositeFieldContainer[Span]
     def __init__(self, spans: _Optional[_Iterable[_Union[Span, _Mapping]]] = ...) -> None: ...
+
+class LlmFilter(_message.Message):
+    __slots__ = ("model", "service", "status", "start_ns_from", "start_ns_to", "limit", "bucket_s")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FROM_FIELD_NUMBER: _ClassVar[int]
+    START_NS_TO_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_S_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    service: str
+    status: str
+    start_ns_from: int
+    start_ns_to: int
+    limit: int
+    bucket_s: float
+    def __init__(self, model: _Optional[str] = ..., service: _Optional[str] = ..., status: _Optional[str] = ..., start_ns_from: _Optional[int] = ..., start_ns_to: _Optional[int] = ..., limit: _Optional[int] = ..., bucket_s: _Optional[float] = ...) -> None: ...
+
+class LlmRequest(_message.Message):
+    __slots__ = ("request_id", "span_id", "node_id", "service", "observation_point", "model", "endpoint", "stream", "start_ns", "end_ns", "ttft_ns", "tpot_ns", "input_tokens", "output_tokens", "output_tokens_estimated", "finish_reason", "error", "tokens_per_s", "status_code", "path", "pid", "status")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SPAN_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATION_POINT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    END_NS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_NS_FIELD_NUMBER: _ClassVar[int]
+    TPOT_NS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    span_id: str
+    node_id: str
+    service: str
+    observation_point: str
+    model: str
+    endpoint: str
+    stream: bool
+    start_ns: int
+    end_ns: int
+    ttft_ns: int
+    tpot_ns: int
+    input_tokens: int
+    output_tokens: int
+    output_tokens_estimated: bool
+    finish_reason: str
+    error: str
+    tokens_per_s: float
+    status_code: int
+    path: str
+    pid: int
+    status: str
+    def __init__(self, request_id: _Optional[str] = ..., span_id: _Optional[str] = ..., node_id: _Optional[str] = ..., service: _Optional[str] = ..., observation_point: _Optional[str] = ..., model: _Optional[str] = ..., endpoint: _Optional[str] = ..., stream: _Optional[bool] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., ttft_ns: _Optional[int] = ..., tpot_ns: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., output_tokens_estimated: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., error: _Optional[str] = ..., tokens_per_s: _Optional[float] = ..., status_code: _Optional[int] = ..., path: _Optional[str] = ..., pid: _Optional[int] = ..., status: _Optional[str] = ...) -> None: ...
+
+class Coverage(_message.Message):
+    __slots__ = ("count", "total", "limit", "truncated", "complete_from_ns", "warning")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FROM_NS_FIELD_NUMBER: _ClassVar[int]
+    WARNING_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    total: int
+    limit: int
+    truncated: bool
+    complete_from_ns: int
+    warning: str
+    def __init__(self, count: _Optional[int] = ..., total: _Optional[int] = ..., limit: _Optional[int] = ..., truncated: _Optional[bool] = ..., complete_from_ns: _Optional[int] = ..., warning: _Optional[str] = ...) -> None: ...
+
+class ListLlmRequestsResponse(_message.Message):
+    __slots__ = ("requests", "coverage")
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    COVERAGE_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[LlmRequest]
+    coverage: Coverage
+    def __init__(self, requests: _Optional[_Iterable[_Union[LlmRequest, _Mapping]]] = ..., coverage: _Optional[_Union[Coverage, _Mapping]] = ...) -> None: ...
+
+class Percentiles(_message.Message):
+    __slots__ = ("p50", "p90", "p99")
+    P50_FIELD_NUMBER: _ClassVar[int]
+    P90_FIELD_NUMBER: _ClassVar[int]
+    P99_FIELD_NUMBER: _ClassVar[int]
+    p50: float
+    p90: float
+    p99: float
+    def __init__(self, p50: _Optional[float] = ..., p90: _Optional[float] = ..., p99: _Optional[float] = ...) -> None: ...
+
+class LlmPercentileBucket(_message.Message):
+    __slots__ = ("start_ns", "count", "errors", "ttft_ns", "tpot_ns", "tokens_per_s", "output_tokens", "throughput_tokens_per_s")
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_NS_FIELD_NUMBER: _ClassVar[int]
+    TPOT_NS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    THROUGHPUT_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    start_ns: int
+    count: int
+    errors: int
+    ttft_ns: Percentiles
+    tpot_ns: Percentiles
+    tokens_per_s: Percentiles
+    output_tokens: int
+    throughput_tokens_per_s: float
+    def __init__(self, start_ns: _Optional[int] = ..., count: _Optional[int] = ..., errors: _Optional[int] = ..., ttft_ns: _Optional[_Union[Percentiles, _Mapping]] = ..., tpot_ns: _Optional[_Union[Percentiles, _Mapping]] = ..., tokens_per_s: _Optional[_Union[Percentiles, _Mapping]] = ..., output_tokens: _Optional[int] = ..., throughput_tokens_per_s: _Optional[float] = ...) -> None: ...
+
+class LlmPercentileSeries(_message.Message):
+    __slots__ = ("model", "service", "count", "errors", "ttft_ns", "tpot_ns", "tokens_per_s", "buckets")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_NS_FIELD_NUMBER: _ClassVar[int]
+    TPOT_NS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    service: str
+    count: int
+    errors: int
+    ttft_ns: Percentiles
+    tpot_ns: Percentiles
+    tokens_per_s: Percentiles
+    buckets: _containers.RepeatedCompositeFieldContainer[LlmPercentileBucket]
+    def __init__(self, model: _Optional[str] = ..., service: _Optional[str] = ..., count: _Optional[int] = ..., errors: _Optional[int] = ..., ttft_ns: _Optional[_Union[Percentiles, _Mapping]] = ..., tpot_ns: _Optional[_Union[Percentiles, _Mapping]] = ..., tokens_per_s: _Optional[_Union[Percentiles, _Mapping]] = ..., buckets: _Optional[_Iterable[_Union[LlmPercentileBucket, _Mapping]]] = ...) -> None: ...
+
+class LlmPercentilesResponse(_message.Message):
+    __slots__ = ("bucket_ns", "from_ns", "to_ns", "coverage", "series")
+    BUCKET_NS_FIELD_NUMBER: _ClassVar[int]
+    FROM_NS_FIELD_NUMBER: _ClassVar[int]
+    TO_NS_FIELD_NUMBER: _ClassVar[int]
+    COVERAGE_FIELD_NUMBER: _ClassVar[int]
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    bucket_ns: int
+    from_ns: int
+    to_ns: int
+    coverage: Coverage
+    series: _containers.RepeatedCompositeFieldContainer[LlmPercentileSeries]
+    def __init__(self, bucket_ns: _Optional[int] = ..., from_ns: _Optional[int] = ..., to_ns: _Optional[int] = ..., coverage: _Optional[_Union[Coverage, _Mapping]] = ..., series: _Optional[_Iterable[_Union[LlmPercentileSeries, _Mapping]]] = ...) -> None: ...
+
+class LlmConcurrencyBucket(_message.Message):
+    __slots__ = ("start_ns", "max", "mean")
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    MEAN_FIELD_NUMBER: _ClassVar[int]
+    start_ns: int
+    max: int
+    mean: float
+    def __init__(self, start_ns: _Optional[int] = ..., max: _Optional[int] = ..., mean: _Optional[float] = ...) -> None: ...
+
+class LlmConcurrencySeries(_message.Message):
+    __slots__ = ("model", "service", "buckets")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    service: str
+    buckets: _containers.RepeatedCompositeFieldContainer[LlmConcurrencyBucket]
+    def __init__(self, model: _Optional[str] = ..., service: _Optional[str] = ..., buckets: _Optional[_Iterable[_Union[LlmConcurrencyBucket, _Mapping]]] = ...) -> None: ...
+
+class LlmConcurrencyResponse(_message.Message):
+    __slots__ = ("bucket_ns", "from_ns", "to_ns", "coverage", "series")
+    BUCKET_NS_FIELD_NUMBER: _ClassVar[int]
+    FROM_NS_FIELD_NUMBER: _ClassVar[int]
+    TO_NS_FIELD_NUMBER: _ClassVar[int]
+    COVERAGE_FIELD_NUMBER: _ClassVar[int]
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    bucket_ns: int
+    from_ns: int
+    to_ns: int
+    coverage: Coverage
+    series: _containers.RepeatedCompositeFieldContainer[LlmConcurrencySeries]
+    def __init__(self, bucket_ns: _Optional[int] = ..., from_ns: _Optional[int] = ..., to_ns: _Optional[int] = ..., coverage: _Optional[_Union[Coverage, _Mapping]] = ..., series: _Optional[_Iterable[_Union[LlmConcurrencySeries, _Mapping]]] = ...) -> None: ...

@@ -39,6 +39,21 @@ class QueryStub:
                 request_serializer=zerotrace__api__pb2.ListSpansRequest.SerializeToString,
                 response_deserializer=zerotrace__api__pb2.ListSpansResponse.FromString,
                 _registered_method=True)
+        self.ListLlmRequests = channel.unary_unary(
+                '/zerotrace.v1.Query/ListLlmRequests',
+                request_serializer=zerotrace__api__pb2.LlmFilter.SerializeToString,
+                response_deserializer=zerotrace__api__pb2.ListLlmRequestsResponse.FromString,
+                _registered_method=True)
+        self.LlmPercentiles = channel.unary_unary(
+                '/zerotrace.v1.Query/LlmPercentiles',
+                request_serializer=zerotrace__api__pb2.LlmFilter.SerializeToString,
+                response_deserializer=zerotrace__api__pb2.LlmPercentilesResponse.FromString,
+                _registered_method=True)
+        self.LlmConcurrency = channel.unary_unary(
+                '/zerotrace.v1.Query/LlmConcurrency',
+                request_serializer=zerotrace__api__pb2.LlmFilter.SerializeToString,
+                response_deserializer=zerotrace__api__pb2.LlmConcurrencyResponse.FromString,
+                _registered_method=True)
 
 
 class QueryServicer:
@@ -51,6 +66,29 @@ class QueryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListLlmRequests(self, request, context):
+        """LLM requests (zerotrace.derived.LlmRequest), newest first; GET /api/v1/llm/requests.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LlmPercentiles(self, request, context):
+        """TTFT, TPOT and tokens/s percentiles, counts and throughput per time bucket, per model
+        and service; GET /api/v1/llm/percentiles.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LlmConcurrency(self, request, context):
+        """Requests in flight per time bucket (max and time-weighted mean), per model and service;
+        GET /api/v1/llm/concurrency.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -58,6 +96,21 @@ def add_QueryServicer_to_server(servicer, server):
                     servicer.ListSpans,
                     request_deserializer=zerotrace__api__pb2.ListSpansRequest.FromString,
                     response_serializer=zerotrace__api__pb2.ListSpansResponse.SerializeToString,
+            ),
+            'ListLlmRequests': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLlmRequests,
+                    request_deserializer=zerotrace__api__pb2.LlmFilter.FromString,
+                    response_serializer=zerotrace__api__pb2.ListLlmRequestsResponse.SerializeToString,
+            ),
+            'LlmPercentiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.LlmPercentiles,
+                    request_deserializer=zerotrace__api__pb2.LlmFilter.FromString,
+                    response_serializer=zerotrace__api__pb2.LlmPercentilesResponse.SerializeToString,
+            ),
+            'LlmConcurrency': grpc.unary_unary_rpc_method_handler(
+                    servicer.LlmConcurrency,
+                    request_deserializer=zerotrace__api__pb2.LlmFilter.FromString,
+                    response_serializer=zerotrace__api__pb2.LlmConcurrencyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -87,6 +140,87 @@ class Query:
             '/zerotrace.v1.Query/ListSpans',
             zerotrace__api__pb2.ListSpansRequest.SerializeToString,
             zerotrace__api__pb2.ListSpansResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLlmRequests(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/zerotrace.v1.Query/ListLlmRequests',
+            zerotrace__api__pb2.LlmFilter.SerializeToString,
+            zerotrace__api__pb2.ListLlmRequestsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LlmPercentiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/zerotrace.v1.Query/LlmPercentiles',
+            zerotrace__api__pb2.LlmFilter.SerializeToString,
+            zerotrace__api__pb2.LlmPercentilesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LlmConcurrency(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/zerotrace.v1.Query/LlmConcurrency',
+            zerotrace__api__pb2.LlmFilter.SerializeToString,
+            zerotrace__api__pb2.LlmConcurrencyResponse.FromString,
             options,
             channel_credentials,
             insecure,
