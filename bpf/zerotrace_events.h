@@ -7,7 +7,8 @@
  *   - fields are laid out largest-alignment-first inside 8-byte groups so the
  *     struct has NO implicit padding (sizes are pinned by _Static_assert);
  *   - any change here must be mirrored in the Python decoder
- *     (services/collector/zerotrace_collector/probes/fileio_decode.py).
+ *     (services/collector/zerotrace_collector/probes/fileio_decode.py,
+ *     socket_decode.py).
  *
  * Integers are in host byte order (little-endian on every supported target).
  */
@@ -19,6 +20,8 @@
 
 enum zt_event_type {
 	ZT_EVENT_FILE_OPEN = 1,
+	ZT_EVENT_SOCK_DATA = 2,
+	ZT_EVENT_SOCK_CONN = 3,
 };
 
 /*
@@ -52,5 +55,125 @@ struct zt_file_open_event {
 
 _Static_assert(sizeof(struct zt_file_open_event) == 320,
 	       "zt_file_open_event layout changed: update fileio_decode.py");
+
+/* ---- socket family (bpf/socket.c, bpf/tls.c; decoder probes/socket_decode.py) ---- */
+
+/* zt_sock_data_hdr.direction */
+#define ZT_DIR_INGRESS 1 /* read, readv, recvfrom, recvmsg, SSL_read* */
+#define ZT_DIR_EGRESS  2 /* write, writev, sendto, sendmsg, SSL_write* */
+
+/* zt_sock_data_hdr.source */
+#define ZT_SRC_SYSCALL 1
+#define ZT_SRC_TLS     2
+
+/* zt_sock_data_hdr.op: the call that moved the bytes */
+#define ZT_OP_READ         1
+#define ZT_OP_WRITE        2
+#define ZT_OP_READV        3
+#define ZT_OP_WRITEV       4
+#define ZT_OP_RECVFROM     5
+#define ZT_OP_SENDTO       6
+#define ZT_OP_RECVMSG      7
+#define ZT_OP_SENDMSG      8
+#define ZT_OP_SSL_READ     9
+#define ZT_OP_SSL_WRITE    10
+#define ZT_OP_SSL_READ_EX  11
+#define ZT_OP_SSL_WRITE_EX 12
+
+/* zt_sock_data_hdr.flags */
+#define ZT_SOCK_F_CIPHERTEXT 0x01 /* syscall bytes of a TLS connection: payload not copied */
+#define ZT_SOCK_F_FD_GUESSED 0x02 /* TLS: SSL*->fd bound by the memory-BIO heuristic */
+#define ZT_SOCK_F_FD_UNKNOWN 0x04 /* TLS: no fd known for this SSL* yet (fd is -1) */
+
+/*
+ * Bytes moved on a tracked socket by one syscall or one SSL_read/SSL_write.
+ * On the wire the header is followed by exactly payload_len bytes of payload
+ * (the first bytes of the call's data; payload_len < ret means truncated).
+ *
+ *   offset size field
+ *        0    4 type           ZT_EVENT_SOCK_DATA
+ *        4    4 pid            tgid
+ *        8    4 tid
+ *       12    4 fd             socket fd, or -1 (TLS, fd unknown)
+ *       16    8 cgroup_id
+ *       24    8 start_ns       call entry (CLOCK_MONOTONIC)
+ *       32    8 end_ns         call return (CLOCK_MONOTONIC)
+ *       40    8 ret            bytes transferred (> 0)
+ *       48    8 conn_start_ns  identifies the connection on (pid, fd): ktime when tracking began
+ *       56    1 direction      ZT_DIR_*
+ *       57    1 source         ZT_SRC_*
+ *       58    1 op             ZT_OP_*
+ *       59    1 flags          ZT_SOCK_F_*
+ *       60    4 payload_len    bytes of payload that follow the header
+ *       64   16 comm
+ *       80                     header total; payload follows
+ */
+struct zt_sock_data_hdr {
+	u32 type;
+	u32 pid;
+	u32 tid;
+	s32 fd;
+	u64 cgroup_id;
+	u64 start_ns;
+	u64 end_ns;
+	s64 ret;
+	u64 conn_start_ns;
+	u8 direction;
+	u8 source;
+	u8 op;
+	u8 flags;
+	u32 payload_len;
+	char comm[ZT_COMM_LEN];
+};
+
+_Static_assert(sizeof(struct zt_sock_data_hdr) == 80,
+	       "zt_sock_data_hdr layout changed: update socket_decode.py");
+
+/* zt_sock_conn_event.kind */
+#define ZT_CONN_CONNECT 1
+#define ZT_CONN_ACCEPT  2
+#define ZT_CONN_CLOSE   3
+
+/*
+ * A tracked socket appears (connect, accept) or goes (close).
+ *
+ *   offset size field
+ *        0    4 type           ZT_EVENT_SOCK_CONN
+ *        4    4 pid
+ *        8    4 tid
+ *       12    4 fd             the connected/accepted/closed fd
+ *       16    8 cgroup_id
+ *       24    8 start_ns       syscall entry
+ *       32    8 end_ns         syscall exit
+ *       40    8 ret            syscall result (connect: 0 or -EINPROGRESS)
+ *       48    8 conn_start_ns  as in zt_sock_data_hdr
+ *       56    4 kind           ZT_CONN_*
+ *       60    2 family         AF_INET / AF_INET6, 0 when unknown
+ *       62    2 _pad
+ *       64   16 comm
+ *       80   28 addr           connect: the user's struct sockaddr (remote); else zeros
+ *      108    4 _pad2
+ *      112                     total
+ */
+struct zt_sock_conn_event {
+	u32 type;
+	u32 pid;
+	u32 tid;
+	s32 fd;
+	u64 cgroup_id;
+	u64 start_ns;
+	u64 end_ns;
+	s64 ret;
+	u64 conn_start_ns;
+	u32 kind;
+	u16 family;
+	u16 _pad;
+	char comm[ZT_COMM_LEN];
+	u8 addr[28];
+	u8 _pad2[4];
+};
+
+_Static_assert(sizeof(struct zt_sock_conn_event) == 112,
+	       "zt_sock_conn_event layout changed: update socket_decode.py");
 
 #endif /* ZEROTRACE_EVENTS_H */

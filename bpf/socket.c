@@ -1,0 +1,613 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * zerotrace socket probe: bytes moved on TCP sockets, with the first bytes of
+ * payload, plus connect/accept/close of those sockets.
+ *
+ * Attach points: syscall tracepoints only (no kprobes, no kernel struct reads:
+ * the running kernel's layouts differ from the headers bcc compiles against).
+ *   sys_{enter,exit}_{read,write,readv,writev,recvfrom,sendto,recvmsg,sendmsg}
+ *       -> struct zt_sock_data_hdr + payload, for tracked (pid, fd) only
+ *   sys_{enter,exit}_{connect,accept,accept4} -> track the fd, zt_sock_conn_event
+ *   sys_{enter,exit}_close                    -> untrack, zt_sock_conn_event
+ *   sys_{enter,exit}_socket                   -> remember each socket's family, so
+ *       accept() on an AF_UNIX listener is not tracked
+ * With ZT_CAPTURE_TLS=1 the loader compiles this file followed by tls.c (uprobes
+ * on libssl) as one program: tls.c shares these maps and this ring buffer, and
+ * bcc rewrites map calls (`m.lookup()`) only in the main text, so tls.c cannot
+ * simply be #included.
+ *
+ * Which fds are sockets: zt_socket_fds, (pid, fd) -> connection info, filled at
+ * connect/accept exit and by the collector (the loader writes entries it finds in
+ * /proc for connections opened before attach), emptied at close.
+ *
+ * Compile-time tunables (cflags):
+ *   ZT_FILTER_PID       only track this tgid (0 = every process)
+ *   ZT_SELF_PID         never track this tgid (the collector itself)
+ *   ZT_FILTER_CGROUP    only track this cgroup v2 id (0 = any)
+ *   ZT_FILTER_COMM      only track tasks whose comm starts with this string literal
+ *   ZT_PAYLOAD_MAX      payload bytes captured per call (power of two, 64..32768)
+ *   ZT_MAX_IOV          iovecs copied from for readv/writev/recvmsg/sendmsg
+ *   ZT_RINGBUF_PAGES    ring buffer size in pages (power of two)
+ *   ZT_MAX_INFLIGHT     max threads concurrently inside a traced call
+ *   ZT_MAX_SOCKETS      max tracked (pid, fd)
+ *   ZT_CAPTURE_TLS      1 = include tls.c
+ *   ZT_NR_CPUS          possible CPU ids (sizes the payload scratch)
+ * Filters apply where a socket becomes tracked (connect/accept) and at TLS entry;
+ * the data path only asks "is (pid, fd) tracked?".
+ */
+#include "zerotrace_events.h"
+
+#ifndef ZT_FILTER_PID
+#define ZT_FILTER_PID 0
+#endif
+#ifndef ZT_SELF_PID
+#define ZT_SELF_PID 0
+#endif
+#ifndef ZT_FILTER_CGROUP
+#define ZT_FILTER_CGROUP 0
+#endif
+#ifndef ZT_PAYLOAD_MAX
+#define ZT_PAYLOAD_MAX 16384
+#endif
+#ifndef ZT_MAX_IOV
+#define ZT_MAX_IOV 8
+#endif
+#ifndef ZT_RINGBUF_PAGES
+#define ZT_RINGBUF_PAGES 4096
+#endif
+#ifndef ZT_MAX_INFLIGHT
+#define ZT_MAX_INFLIGHT 10240
+#endif
+#ifndef ZT_MAX_SOCKETS
+#define ZT_MAX_SOCKETS 65536
+#endif
+#ifndef ZT_CAPTURE_TLS
+#define ZT_CAPTURE_TLS 0
+#endif
+#ifndef ZT_NR_CPUS
+#define ZT_NR_CPUS 1024
+#endif
+
+#if (ZT_PAYLOAD_MAX & (ZT_PAYLOAD_MAX - 1)) != 0 || ZT_PAYLOAD_MAX < 64 || ZT_PAYLOAD_MAX > 32768
+#error "ZT_PAYLOAD_MAX must be a power of two between 64 and 32768"
+#endif
+
+#define ZT_AF_UNIX  1
+#define ZT_AF_INET  2
+#define ZT_AF_INET6 10
+#define ZT_EINPROGRESS 115
+#define ZT_SOCK_STREAM 1
+
+/* Indexes into zt_socket_stats. Mirrored in probes/socket.py. */
+#define ZT_STAT_LOST          0 /* ring buffer full: event dropped */
+#define ZT_STAT_INFLIGHT_FULL 1 /* per-thread state map full: call not traced */
+#define ZT_STAT_SOCKETS_FULL  2 /* zt_socket_fds full: connection not tracked */
+#define ZT_STAT_NR            3
+
+/* zt_sock_info.origin */
+#define ZT_ORIGIN_CONNECT 1
+#define ZT_ORIGIN_ACCEPT  2
+#define ZT_ORIGIN_PROC    3 /* written by the collector from /proc */
+/* zt_sock_info.tls */
+#define ZT_TLS_NO      0
+#define ZT_TLS_YES     1 /* a syscall on it ran inside an SSL call */
+
+struct zt_sock_key {
+	u32 pid;
+	s32 fd;
+};
+
+/* Written by the loader too: keep in sync with probes/socket.py (SockInfo). */
+struct zt_sock_info {
+	u64 conn_start_ns;
+	u16 family; /* 0 = unknown (accept on a listener opened before attach) */
+	u8 origin;
+	u8 tls;
+	u32 _pad;
+};
+
+/* One thread inside a traced syscall. */
+struct zt_sys_call {
+	u64 start_ns;
+	u64 buf;     /* data pointer, or struct iovec * for the vector calls */
+	u64 vlen;    /* iovec count (vector calls) */
+	u64 conn_start_ns;
+	s32 fd;
+	u16 family;
+	u8 op;
+	u8 flags;
+	u8 addr[28]; /* connect: the user's sockaddr */
+	u32 _pad;
+};
+
+struct zt_sock_data_scratch {
+	struct zt_sock_data_hdr hdr;
+	/*
+	 * Twice the capture size: a copy lands at offset (off & (MAX-1)) with a length
+	 * <= MAX, which the verifier can bound without knowing off + len <= MAX.
+	 */
+	u8 payload[2 * ZT_PAYLOAD_MAX];
+};
+
+/* Same layout as the user ABI struct iovec (x86-64 / arm64). */
+struct zt_iovec {
+	u64 base;
+	u64 len;
+};
+
+BPF_HASH(zt_socket_fds, struct zt_sock_key, struct zt_sock_info, ZT_MAX_SOCKETS);
+/* (pid, fd) -> family of a SOCK_STREAM socket() (0 for other types); accept/connect consult it. */
+BPF_HASH(zt_socket_family, struct zt_sock_key, u16, ZT_MAX_SOCKETS);
+BPF_HASH(zt_socket_inflight, u32, struct zt_sys_call, ZT_MAX_INFLIGHT);
+/*
+ * One scratch event per CPU, indexed by CPU id: a BPF_PERCPU_ARRAY value may not
+ * exceed 32 KiB, and this one is 2*ZT_PAYLOAD_MAX + 80. Tracing programs run with
+ * migration disabled, so the slot is ours until the program returns.
+ */
+BPF_ARRAY(zt_socket_scratch, struct zt_sock_data_scratch, ZT_NR_CPUS);
+BPF_PERCPU_ARRAY(zt_socket_call_scratch, struct zt_sys_call, 1);
+BPF_ARRAY(zt_socket_stats, u64, ZT_STAT_NR);
+BPF_RINGBUF_OUTPUT(zt_socket_events, ZT_RINGBUF_PAGES);
+
+static __always_inline void zt_stat_inc(int idx)
+{
+	u64 *v = zt_socket_stats.lookup(&idx);
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+static __always_inline int zt_pid_wanted(u32 tgid)
+{
+	if (ZT_FILTER_PID != 0 && tgid != (u32)ZT_FILTER_PID)
+		return 0;
+	if (ZT_SELF_PID != 0 && tgid == (u32)ZT_SELF_PID)
+		return 0;
+	return 1;
+}
+
+/* Full filter: pid, cgroup, comm prefix. Used where a socket starts being tracked. */
+static __always_inline int zt_task_wanted(u32 tgid)
+{
+	if (!zt_pid_wanted(tgid))
+		return 0;
+	if (ZT_FILTER_CGROUP != 0 && bpf_get_current_cgroup_id() != (u64)ZT_FILTER_CGROUP)
+		return 0;
+#ifdef ZT_FILTER_COMM
+	{
+		const char want[] = ZT_FILTER_COMM;
+		char comm[ZT_COMM_LEN];
+		bpf_get_current_comm(comm, sizeof(comm));
+#pragma unroll
+		for (int i = 0; i < ZT_COMM_LEN; i++) {
+			if (i >= (int)sizeof(want) - 1)
+				break;
+			if (comm[i] != want[i])
+				return 0;
+		}
+	}
+#endif
+	return 1;
+}
+
+/* Copy min(len, MAX) bytes of user memory at src to payload[0..]; return the count. */
+static __always_inline u32 zt_copy_flat(u8 *payload, u64 src, s64 len)
+{
+	u32 n = len > ZT_PAYLOAD_MAX ? ZT_PAYLOAD_MAX : (u32)len;
+	if (n > ZT_PAYLOAD_MAX) /* bound for the verifier */
+		return 0;
+	if (bpf_probe_read_user(payload, n, (void *)src) != 0)
+		return 0;
+	return n;
+}
+
+/* Copy the first `len` bytes described by an iovec array, up to MAX. */
+static __always_inline u32 zt_copy_iov(u8 *payload, u64 iov_ptr, u64 vlen, s64 total)
+{
+	u32 off = 0;
+	u64 left = total;
+#pragma unroll
+	for (int i = 0; i < ZT_MAX_IOV; i++) {
+		struct zt_iovec iov = {};
+		if (i >= vlen || left == 0 || off >= ZT_PAYLOAD_MAX)
+			break;
+		if (bpf_probe_read_user(&iov, sizeof(iov), (void *)(iov_ptr + i * sizeof(iov))) != 0)
+			break;
+		u64 n = iov.len < left ? iov.len : left;
+		u32 room = ZT_PAYLOAD_MAX - off;
+		if (n > room)
+			n = room;
+		/*
+		 * clang drops the mask below when it can prove off < MAX; the empty asm
+		 * hides that, so the verifier sees dst offset <= MAX-1 and size <= MAX.
+		 */
+		u64 dst = off;
+		u64 len = n;
+		asm volatile("" : "+r"(dst), "+r"(len));
+		dst &= ZT_PAYLOAD_MAX - 1;
+		if (len > ZT_PAYLOAD_MAX)
+			break;
+		if (bpf_probe_read_user(payload + dst, len, (void *)iov.base) != 0)
+			break;
+		off += (u32)n;
+		left -= n;
+	}
+	return off;
+}
+
+/*
+ * Emit one data event. copy: 0 = no payload, 1 = flat buffer at src, 2 = iovecs at src.
+ * Ring buffer output of a variable, verifier-bounded size from per-CPU scratch
+ * (reserve would need a constant size: every event would cost 2*MAX bytes).
+ */
+static __always_inline void zt_emit_data(u32 tgid, u32 tid, s32 fd, u64 start_ns, s64 ret,
+					 u64 conn_start_ns, u8 direction, u8 source, u8 op,
+					 u8 flags, int copy, u64 src, u64 vlen)
+{
+	u32 cpu = bpf_get_smp_processor_id();
+	struct zt_sock_data_scratch *ev = zt_socket_scratch.lookup(&cpu);
+	if (!ev)
+		return;
+	ev->hdr.type = ZT_EVENT_SOCK_DATA;
+	ev->hdr.pid = tgid;
+	ev->hdr.tid = tid;
+	ev->hdr.fd = fd;
+	ev->hdr.cgroup_id = bpf_get_current_cgroup_id();
+	ev->hdr.start_ns = start_ns;
+	ev->hdr.end_ns = bpf_ktime_get_ns();
+	ev->hdr.ret = ret;
+	ev->hdr.conn_start_ns = conn_start_ns;
+	ev->hdr.direction = direction;
+	ev->hdr.source = source;
+	ev->hdr.op = op;
+	ev->hdr.flags = flags;
+	bpf_get_current_comm(ev->hdr.comm, sizeof(ev->hdr.comm));
+	u64 n = 0;
+	if (copy == 1)
+		n = zt_copy_flat(ev->payload, src, ret);
+	else if (copy == 2)
+		n = zt_copy_iov(ev->payload, src, vlen, ret);
+	/* Keep this clamp in a 64-bit register: the verifier needs it, clang thinks not. */
+	asm volatile("" : "+r"(n));
+	if (n > ZT_PAYLOAD_MAX)
+		n = ZT_PAYLOAD_MAX;
+	ev->hdr.payload_len = (u32)n;
+	if (zt_socket_events.ringbuf_output(ev, sizeof(ev->hdr) + n, 0) != 0)
+		zt_stat_inc(ZT_STAT_LOST);
+}
+
+/*
+ * Called at entry of each data syscall on a tracked socket; binds SSL* -> fd and
+ * marks TLS sockets (defined in tls.c when ZT_CAPTURE_TLS=1). Returns extra flags.
+ */
+static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_key *key,
+					    struct zt_sock_info *info, u8 direction);
+#if !ZT_CAPTURE_TLS
+static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_key *key,
+					    struct zt_sock_info *info, u8 direction)
+{
+	return 0;
+}
+#endif
+
+/* ---- data syscalls ---------------------------------------------------------- */
+
+static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 direction)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	u32 tid = (u32)id;
+	struct zt_sock_key key = {.pid = tgid, .fd = (s32)fd};
+	struct zt_sock_info *info = zt_socket_fds.lookup(&key);
+	if (!info)
+		return 0;
+	if (!zt_pid_wanted(tgid)) /* /proc-seeded entries of a filtered pid */
+		return 0;
+
+	int zero = 0;
+	struct zt_sys_call *c = zt_socket_call_scratch.lookup(&zero);
+	if (!c)
+		return 0;
+	c->start_ns = bpf_ktime_get_ns();
+	c->buf = buf;
+	c->vlen = vlen;
+	c->conn_start_ns = info->conn_start_ns;
+	c->fd = (s32)fd;
+	c->family = info->family;
+	c->op = op;
+	c->flags = zt_tls_on_syscall(tgid, tid, &key, info, direction);
+	if (info->tls)
+		c->flags |= ZT_SOCK_F_CIPHERTEXT;
+	if (zt_socket_inflight.update(&tid, c) != 0)
+		zt_stat_inc(ZT_STAT_INFLIGHT_FULL);
+	return 0;
+}
+
+static __always_inline int zt_data_exit(s64 ret, u8 direction, int vector)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	u32 tid = (u32)id;
+	struct zt_sys_call *c = zt_socket_inflight.lookup(&tid);
+	if (!c)
+		return 0;
+	struct zt_sys_call st = {};
+	bpf_probe_read_kernel(&st, sizeof(st), c);
+	zt_socket_inflight.delete(&tid);
+	if (ret <= 0)
+		return 0; /* EAGAIN, error, or EOF: no bytes moved */
+	int copy = (st.flags & ZT_SOCK_F_CIPHERTEXT) ? 0 : (vector ? 2 : 1);
+	zt_emit_data(tgid, tid, st.fd, st.start_ns, ret, st.conn_start_ns, direction,
+		     ZT_SRC_SYSCALL, st.op, st.flags, copy, st.buf, st.vlen);
+	return 0;
+}
+
+/* struct user_msghdr (user ABI): msg_iov at offset 16, msg_iovlen at 24. */
+static __always_inline int zt_msg_enter(s64 fd, u64 msg, u8 op, u8 direction)
+{
+	u64 iov[2] = {};
+	if (bpf_probe_read_user(iov, sizeof(iov), (void *)(msg + 16)) != 0)
+		return 0;
+	return zt_data_enter(fd, iov[0], iov[1], op, direction);
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_read)
+{
+	return zt_data_enter(args->fd, (u64)args->buf, 0, ZT_OP_READ, ZT_DIR_INGRESS);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_read) { return zt_data_exit(args->ret, ZT_DIR_INGRESS, 0); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_write)
+{
+	return zt_data_enter(args->fd, (u64)args->buf, 0, ZT_OP_WRITE, ZT_DIR_EGRESS);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_write) { return zt_data_exit(args->ret, ZT_DIR_EGRESS, 0); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_readv)
+{
+	return zt_data_enter(args->fd, (u64)args->vec, args->vlen, ZT_OP_READV, ZT_DIR_INGRESS);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_readv) { return zt_data_exit(args->ret, ZT_DIR_INGRESS, 1); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_writev)
+{
+	return zt_data_enter(args->fd, (u64)args->vec, args->vlen, ZT_OP_WRITEV, ZT_DIR_EGRESS);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_writev) { return zt_data_exit(args->ret, ZT_DIR_EGRESS, 1); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_recvfrom)
+{
+	return zt_data_enter(args->fd, (u64)args->ubuf, 0, ZT_OP_RECVFROM, ZT_DIR_INGRESS);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_recvfrom) { return zt_data_exit(args->ret, ZT_DIR_INGRESS, 0); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_sendto)
+{
+	return zt_data_enter(args->fd, (u64)args->buff, 0, ZT_OP_SENDTO, ZT_DIR_EGRESS);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_sendto) { return zt_data_exit(args->ret, ZT_DIR_EGRESS, 0); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_recvmsg)
+{
+	return zt_msg_enter(args->fd, (u64)args->msg, ZT_OP_RECVMSG, ZT_DIR_INGRESS);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_recvmsg) { return zt_data_exit(args->ret, ZT_DIR_INGRESS, 1); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg)
+{
+	return zt_msg_enter(args->fd, (u64)args->msg, ZT_OP_SENDMSG, ZT_DIR_EGRESS);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { return zt_data_exit(args->ret, ZT_DIR_EGRESS, 1); }
+
+/* ---- connection lifecycle --------------------------------------------------- */
+
+static __always_inline void zt_emit_conn(u32 tgid, u32 tid, struct zt_sys_call *st, s64 ret,
+					 u32 kind, u64 conn_start_ns, u16 family)
+{
+	struct zt_sock_conn_event *ev = zt_socket_events.ringbuf_reserve(sizeof(*ev));
+	if (!ev) {
+		zt_stat_inc(ZT_STAT_LOST);
+		return;
+	}
+	ev->type = ZT_EVENT_SOCK_CONN;
+	ev->pid = tgid;
+	ev->tid = tid;
+	ev->fd = kind == ZT_CONN_ACCEPT ? (s32)ret : st->fd;
+	ev->cgroup_id = bpf_get_current_cgroup_id();
+	ev->start_ns = st->start_ns;
+	ev->end_ns = bpf_ktime_get_ns();
+	ev->ret = ret;
+	ev->conn_start_ns = conn_start_ns;
+	ev->kind = kind;
+	ev->family = family;
+	ev->_pad = 0;
+	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	__builtin_memcpy(ev->addr, st->addr, sizeof(ev->addr));
+	__builtin_memset(ev->_pad2, 0, sizeof(ev->_pad2));
+	zt_socket_events.ringbuf_submit(ev, 0);
+}
+
+static __always_inline int zt_track(u32 tgid, s32 fd, u16 family, u8 origin, u64 now)
+{
+	struct zt_sock_key key = {.pid = tgid, .fd = fd};
+	struct zt_sock_info info = {.conn_start_ns = now, .family = family, .origin = origin};
+	if (zt_socket_fds.update(&key, &info) != 0) {
+		zt_stat_inc(ZT_STAT_SOCKETS_FULL);
+		return -1;
+	}
+	return 0;
+}
+
+/* Enter of connect/accept/close: remember fd (and connect's sockaddr) per thread. */
+static __always_inline int zt_conn_enter(s64 fd, u64 uaddr, u16 family)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tid = (u32)id;
+	int zero = 0;
+	struct zt_sys_call *c = zt_socket_call_scratch.lookup(&zero);
+	if (!c)
+		return 0;
+	__builtin_memset(c, 0, sizeof(*c));
+	c->start_ns = bpf_ktime_get_ns();
+	c->fd = (s32)fd;
+	c->family = family;
+	if (uaddr)
+		bpf_probe_read_user(c->addr, sizeof(c->addr), (void *)uaddr);
+	if (zt_socket_inflight.update(&tid, c) != 0)
+		zt_stat_inc(ZT_STAT_INFLIGHT_FULL);
+	return 0;
+}
+
+static __always_inline struct zt_sys_call *zt_conn_exit_state(u32 tid, struct zt_sys_call *st)
+{
+	struct zt_sys_call *c = zt_socket_inflight.lookup(&tid);
+	if (!c)
+		return 0;
+	bpf_probe_read_kernel(st, sizeof(*st), c);
+	zt_socket_inflight.delete(&tid);
+	return st;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_connect)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	u16 family = 0;
+	if (!zt_task_wanted(tgid))
+		return 0;
+	if (bpf_probe_read_user(&family, sizeof(family), (void *)args->uservaddr) != 0)
+		return 0;
+	if (family != ZT_AF_INET && family != ZT_AF_INET6)
+		return 0;
+	struct zt_sock_key key = {.pid = tgid, .fd = (s32)args->fd};
+	u16 *known = zt_socket_family.lookup(&key);
+	if (known && *known == 0)
+		return 0; /* a UDP socket connect()ing (DNS resolvers do) */
+	return zt_conn_enter(args->fd, (u64)args->uservaddr, family);
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_connect)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	u32 tid = (u32)id;
+	struct zt_sys_call st;
+	if (!zt_conn_exit_state(tid, &st))
+		return 0;
+	s64 ret = args->ret;
+	/* Non-blocking connects (asyncio, httpx, uvloop) return -EINPROGRESS: track them. */
+	if (ret != 0 && ret != -ZT_EINPROGRESS)
+		return 0;
+	u64 now = st.start_ns;
+	if (zt_track(tgid, st.fd, st.family, ZT_ORIGIN_CONNECT, now) == 0)
+		zt_emit_conn(tgid, tid, &st, ret, ZT_CONN_CONNECT, now, st.family);
+	return 0;
+}
+
+static __always_inline int zt_accept_enter(s64 fd)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!zt_task_wanted(tgid))
+		return 0;
+	struct zt_sock_key key = {.pid = tgid, .fd = (s32)fd};
+	u16 *fam = zt_socket_family.lookup(&key);
+	u16 family = fam ? *fam : 0;
+	if (fam && family != ZT_AF_INET && family != ZT_AF_INET6)
+		return 0; /* AF_UNIX and friends (0: not a stream socket) */
+	/* The peer address pointer is often NULL (uvloop): addresses come from /proc. */
+	return zt_conn_enter(fd, 0, family);
+}
+
+static __always_inline int zt_accept_exit(s64 ret)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	u32 tid = (u32)id;
+	struct zt_sys_call st;
+	if (!zt_conn_exit_state(tid, &st))
+		return 0;
+	if (ret < 0)
+		return 0;
+	u64 now = st.start_ns;
+	if (zt_track(tgid, (s32)ret, st.family, ZT_ORIGIN_ACCEPT, now) == 0)
+		zt_emit_conn(tgid, tid, &st, ret, ZT_CONN_ACCEPT, now, st.family);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_accept) { return zt_accept_enter(args->fd); }
+TRACEPOINT_PROBE(syscalls, sys_exit_accept) { return zt_accept_exit(args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_enter_accept4) { return zt_accept_enter(args->fd); }
+TRACEPOINT_PROBE(syscalls, sys_exit_accept4) { return zt_accept_exit(args->ret); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_close)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	struct zt_sock_key key = {.pid = tgid, .fd = (s32)args->fd};
+	zt_socket_family.delete(&key);
+	struct zt_sock_info *info = zt_socket_fds.lookup(&key);
+	if (!info)
+		return 0;
+	int zero = 0;
+	struct zt_sys_call *c = zt_socket_call_scratch.lookup(&zero);
+	if (!c)
+		return 0;
+	__builtin_memset(c, 0, sizeof(*c));
+	c->start_ns = bpf_ktime_get_ns();
+	c->fd = key.fd;
+	c->family = info->family;
+	c->conn_start_ns = info->conn_start_ns;
+	/* Untrack now: once close() starts, the fd number may be reused by another thread. */
+	zt_socket_fds.delete(&key);
+	u32 tid = (u32)id;
+	if (zt_socket_inflight.update(&tid, c) != 0)
+		zt_stat_inc(ZT_STAT_INFLIGHT_FULL);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_close)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	u32 tid = (u32)id;
+	struct zt_sys_call st;
+	if (!zt_conn_exit_state(tid, &st))
+		return 0;
+	zt_emit_conn(tgid, tid, &st, args->ret, ZT_CONN_CLOSE, st.conn_start_ns, st.family);
+	return 0;
+}
+
+/* socket(): remember the family, so accept() knows an AF_UNIX listener. */
+TRACEPOINT_PROBE(syscalls, sys_enter_socket)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	u32 tid = (u32)id;
+	if (!zt_task_wanted(tgid))
+		return 0;
+	int zero = 0;
+	struct zt_sys_call *c = zt_socket_call_scratch.lookup(&zero);
+	if (!c)
+		return 0;
+	__builtin_memset(c, 0, sizeof(*c));
+	/* Only TCP-capable sockets keep their family; 0 = "known, not interesting" (UDP, ...). */
+	c->family = (args->type & 0xf) == ZT_SOCK_STREAM ? (u16)args->family : 0;
+	c->op = 0xff; /* marks "inside socket()" */
+	if (zt_socket_inflight.update(&tid, c) != 0)
+		zt_stat_inc(ZT_STAT_INFLIGHT_FULL);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_socket)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	u32 tid = (u32)id;
+	struct zt_sys_call st;
+	if (!zt_conn_exit_state(tid, &st))
+		return 0;
+	if (st.op != 0xff || args->ret < 0)
+		return 0;
+	struct zt_sock_key key = {.pid = tgid, .fd = (s32)args->ret};
+	u16 family = st.family;
+	zt_socket_family.update(&key, &family);
+	return 0;
+}

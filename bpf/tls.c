@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * zerotrace TLS plaintext probe: uprobes on libssl (OpenSSL 1.1/3.x ABI).
+ *
+ * Not a standalone program: with ZT_CAPTURE_TLS=1 the loader compiles socket.c
+ * followed by this file as one text (shared maps and ring buffer; see socket.c).
+ *
+ * Attach points (the loader attaches them by symbol on the libssl path):
+ *   SSL_read, SSL_write, SSL_read_ex, SSL_write_ex  uprobe + uretprobe
+ *       -> struct zt_sock_data_hdr with source ZT_SRC_TLS and the plaintext
+ *   SSL_do_handshake                                uprobe + uretprobe
+ *       -> no event; marks the handshake's syscalls as this SSL*'s socket
+ *
+ * SSL* -> fd, without reading struct ssl_st (its layout is private to OpenSSL):
+ *   1. socket BIO (blocking Python ssl, requests, httpx sync): the read()/write()
+ *      a thread makes while inside an SSL call is on that SSL*'s fd. zt_tls_on_syscall
+ *      (called from socket.c's syscall entry) binds SSL* -> fd and marks the socket
+ *      TLS: from then on its syscall events carry ZT_SOCK_F_CIPHERTEXT and no payload.
+ *   2. memory BIO (asyncio's SSLProtocol, anyio: httpx async, AsyncOpenAI): no
+ *      syscall happens inside the SSL call. After SSL_do_handshake/SSL_write* with no
+ *      fd seen, the thread's next egress syscall on a tracked socket within
+ *      ZT_TLS_PENDING_NS is taken as the SSL*'s socket (asyncio flushes the
+ *      encrypted bytes right away); events then carry ZT_SOCK_F_FD_GUESSED.
+ *      Limit: a server's first inbound record (ClientHello) precedes any binding and
+ *      is reported as unmarked syscall data.
+ * Statically linked TLS (grpcio's BoringSSL, Go, rustls, Envoy) is not seen here.
+ */
+#include <uapi/linux/ptrace.h>
+
+#ifndef ZT_TLS_PENDING_NS
+#define ZT_TLS_PENDING_NS 50000000 /* 50 ms: asyncio flushes within the same callback */
+#endif
+
+struct zt_ssl_call {
+	u64 ssl;
+	u64 buf;
+	u64 out_len; /* _ex variants: size_t *written / *readbytes */
+	u64 start_ns;
+	u64 conn_start_ns;
+	s32 fd; /* fd of a syscall made inside the call, or -1 */
+	u8 op;
+	u8 direction;
+	u8 handshake;
+	u8 _pad;
+};
+
+struct zt_ssl_key {
+	u32 pid;
+	u32 _pad;
+	u64 ssl;
+};
+
+struct zt_ssl_bind {
+	u64 conn_start_ns;
+	s32 fd;
+	u32 guessed;
+};
+
+struct zt_ssl_pending {
+	u64 ssl;
+	u64 ts;
+};
+
+BPF_HASH(zt_tls_calls, u32, struct zt_ssl_call, ZT_MAX_INFLIGHT);
+BPF_HASH(zt_tls_fds, struct zt_ssl_key, struct zt_ssl_bind, ZT_MAX_SOCKETS);
+BPF_HASH(zt_tls_pending, u32, struct zt_ssl_pending, ZT_MAX_INFLIGHT);
+
+static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_key *key,
+					    struct zt_sock_info *info, u8 direction)
+{
+	struct zt_ssl_key sk = {.pid = tgid};
+	struct zt_ssl_bind b = {.conn_start_ns = info->conn_start_ns, .fd = key->fd};
+	struct zt_ssl_call *call = zt_tls_calls.lookup(&tid);
+	if (call) {
+		call->fd = key->fd;
+		call->conn_start_ns = info->conn_start_ns;
+		sk.ssl = call->ssl;
+		zt_tls_fds.update(&sk, &b);
+		info->tls = ZT_TLS_YES;
+		return 0;
+	}
+	if (direction != ZT_DIR_EGRESS)
+		return 0;
+	struct zt_ssl_pending *p = zt_tls_pending.lookup(&tid);
+	if (!p)
+		return 0;
+	sk.ssl = p->ssl;
+	u64 age = bpf_ktime_get_ns() - p->ts;
+	zt_tls_pending.delete(&tid);
+	if (age > ZT_TLS_PENDING_NS)
+		return 0;
+	b.guessed = 1;
+	zt_tls_fds.update(&sk, &b);
+	info->tls = ZT_TLS_YES;
+	return 0;
+}
+
+static __always_inline int zt_ssl_enter(struct pt_regs *ctx, u8 op, u8 direction, int ex,
+					int handshake)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	u32 tid = (u32)id;
+	if (!zt_task_wanted(tgid))
+		return 0;
+	struct zt_ssl_call *outer = zt_tls_calls.lookup(&tid);
+	if (outer && (handshake || !outer->handshake))
+		return 0; /* nested call inside libssl: the outer one reports */
+	struct zt_ssl_call c = {};
+	c.ssl = PT_REGS_PARM1(ctx);
+	c.buf = PT_REGS_PARM2(ctx);
+	c.out_len = ex ? PT_REGS_PARM4(ctx) : 0;
+	c.start_ns = bpf_ktime_get_ns();
+	c.fd = -1;
+	c.op = op;
+	c.direction = direction;
+	c.handshake = handshake;
+	if (zt_tls_calls.update(&tid, &c) != 0)
+		zt_stat_inc(ZT_STAT_INFLIGHT_FULL);
+	return 0;
+}
+
+static __always_inline void zt_ssl_set_pending(u32 tid, u64 ssl)
+{
+	struct zt_ssl_pending p = {.ssl = ssl, .ts = bpf_ktime_get_ns()};
+	zt_tls_pending.update(&tid, &p);
+}
+
+static __always_inline int zt_ssl_exit(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	u32 tid = (u32)id;
+	struct zt_ssl_call *cp = zt_tls_calls.lookup(&tid);
+	if (!cp)
+		return 0;
+	struct zt_ssl_call st = {};
+	bpf_probe_read_kernel(&st, sizeof(st), cp);
+	zt_tls_calls.delete(&tid);
+
+	struct zt_ssl_key sk = {.pid = tgid, .ssl = st.ssl};
+	struct zt_ssl_bind *b = st.fd < 0 ? zt_tls_fds.lookup(&sk) : 0;
+	if (st.handshake) {
+		if (st.fd < 0 && !b)
+			zt_ssl_set_pending(tid, st.ssl);
+		return 0;
+	}
+
+	s64 rc = PT_REGS_RC(ctx);
+	s64 n = rc;
+	if (st.out_len) {
+		u64 done = 0;
+		if (rc != 1 || bpf_probe_read_user(&done, sizeof(done), (void *)st.out_len) != 0)
+			return 0;
+		n = (s64)done;
+	}
+	if (n <= 0)
+		return 0;
+
+	s32 fd = st.fd;
+	u64 conn_start_ns = st.conn_start_ns;
+	u8 flags = 0;
+	if (fd < 0) {
+		if (b) {
+			fd = b->fd;
+			conn_start_ns = b->conn_start_ns;
+			if (b->guessed)
+				flags |= ZT_SOCK_F_FD_GUESSED;
+		} else {
+			flags |= ZT_SOCK_F_FD_UNKNOWN;
+			if (st.direction == ZT_DIR_EGRESS)
+				zt_ssl_set_pending(tid, st.ssl);
+		}
+	}
+	zt_emit_data(tgid, tid, fd, st.start_ns, n, conn_start_ns, st.direction, ZT_SRC_TLS,
+		     st.op, flags, 1, st.buf, 0);
+	return 0;
+}
+
+int zt_ssl_read_enter(struct pt_regs *ctx)
+{
+	return zt_ssl_enter(ctx, ZT_OP_SSL_READ, ZT_DIR_INGRESS, 0, 0);
+}
+int zt_ssl_write_enter(struct pt_regs *ctx)
+{
+	return zt_ssl_enter(ctx, ZT_OP_SSL_WRITE, ZT_DIR_EGRESS, 0, 0);
+}
+int zt_ssl_read_ex_enter(struct pt_regs *ctx)
+{
+	return zt_ssl_enter(ctx, ZT_OP_SSL_READ_EX, ZT_DIR_INGRESS, 1, 0);
+}
+int zt_ssl_write_ex_enter(struct pt_regs *ctx)
+{
+	return zt_ssl_enter(ctx, ZT_OP_SSL_WRITE_EX, ZT_DIR_EGRESS, 1, 0);
+}
+int zt_ssl_handshake_enter(struct pt_regs *ctx)
+{
+	return zt_ssl_enter(ctx, 0, ZT_DIR_EGRESS, 0, 1);
+}
+int zt_ssl_exit_probe(struct pt_regs *ctx)
+{
+	return zt_ssl_exit(ctx);
+}

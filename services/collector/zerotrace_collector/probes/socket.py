@@ -1,0 +1,467 @@
+"""bcc shell around ``bpf/socket.c`` (+ ``bpf/tls.c``): socket bytes, TLS plaintext, connections.
+
+Decoding lives in :mod:`.socket_decode`, endpoint lookup in :mod:`..proc_net`; this
+module compiles, attaches, polls, resolves endpoints once per connection, applies the
+user-space filters (port, non-TCP fds, TLS ciphertext) and tears down. bcc is imported
+lazily in :meth:`SocketProbe.attach`.
+
+TLS ciphertext: once a socket is seen under an SSL call, the kernel marks its syscall
+events ``ciphertext`` (no payload copied). :meth:`poll` drops them unless
+``keep_ciphertext=True``, counting them in :attr:`SocketProbe.ciphertext_dropped`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import os
+import re
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
+
+from ..proc_net import UNKNOWN, Endpoints, ProcNet
+from .fileio import ProbeUnavailable
+from .socket_decode import (
+    ConnKind,
+    ConnSample,
+    MalformedEvent,
+    SocketDataSample,
+    SocketSample,
+    decode_socket_event,
+)
+from .tls import TLS_RETURN_FN, TLS_SYMBOLS, find_libssl
+
+__all__ = ["ProbeUnavailable", "SocketProbe"]
+
+PROGRAM_FILE: Final = "socket.c"
+TLS_PROGRAM_FILE: Final = "tls.c"
+EVENTS_MAP: Final = b"zt_socket_events"
+STATS_MAP: Final = b"zt_socket_stats"
+SOCKETS_MAP: Final = b"zt_socket_fds"
+FAMILY_MAP: Final = b"zt_socket_family"
+# Indexes into zt_socket_stats; mirror the ZT_STAT_* defines in bpf/socket.c.
+STAT_LOST: Final = 0
+STAT_INFLIGHT_FULL: Final = 1
+STAT_SOCKETS_FULL: Final = 2
+# zt_sock_info.origin for entries the loader writes (ZT_ORIGIN_PROC).
+ORIGIN_PROC: Final = 3
+AF_INET: Final = 2
+AF_INET6: Final = 10
+
+_SYSCALLS: Final = (
+    "read",
+    "write",
+    "readv",
+    "writev",
+    "recvfrom",
+    "sendto",
+    "recvmsg",
+    "sendmsg",
+    "connect",
+    "accept",
+    "accept4",
+    "close",
+    "socket",
+)
+_COMM_PREFIX: Final = re.compile(r"[A-Za-z0-9_.:/@+-]{1,15}")
+_SWEEP_EVERY_S: Final = 10.0
+
+
+def _possible_cpus() -> int:
+    """Highest possible CPU id + 1, from /sys/devices/system/cpu/possible ("0-63")."""
+    try:
+        text = Path("/sys/devices/system/cpu/possible").read_text().strip()
+        return max(int(part.split("-")[-1]) for part in text.split(",")) + 1
+    except (OSError, ValueError):
+        return os.cpu_count() or 1
+
+
+def _cgroup2_id(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                return os.stat("/sys/fs/cgroup" + line[3:]).st_ino
+    except OSError:
+        return None
+    return None
+
+
+class SocketProbe:
+    """Trace TCP socket I/O (syscalls, and libssl plaintext) with payload prefixes.
+
+    Usage mirrors :class:`.fileio.FileOpenProbe`::
+
+        with SocketProbe(Path("bpf")) as probe:
+            for sample in probe.poll(100):
+                endpoints = probe.endpoints(sample)
+
+    Filters: *pid_filter*, *comm_prefix* and *cgroup_id* are compiled in (applied
+    where a socket becomes tracked); *ports* is applied in :meth:`poll` after /proc
+    resolution (a connection whose endpoints are unknown is kept). The collector's own
+    pid (*self_pid*) is never traced.
+    """
+
+    def __init__(
+        self,
+        bpf_dir: Path,
+        pid_filter: int = 0,
+        *,
+        self_pid: int | None = None,
+        comm_prefix: str = "",
+        cgroup_id: int = 0,
+        ports: Iterable[int] = (),
+        payload_max: int = 16384,
+        ringbuf_pages: int = 4096,
+        tls: bool = True,
+        libssl: Path | None = None,
+        keep_ciphertext: bool = False,
+        seed_from_proc: bool = True,
+        proc_net: ProcNet | None = None,
+    ) -> None:
+        if pid_filter < 0 or cgroup_id < 0:
+            raise ValueError("pid_filter and cgroup_id must be >= 0")
+        if comm_prefix and not _COMM_PREFIX.fullmatch(comm_prefix):
+            raise ValueError(f"comm_prefix must be 1-15 plain characters, got {comm_prefix!r}")
+        if payload_max < 64 or payload_max > 32768 or payload_max & (payload_max - 1):
+            raise ValueError(f"payload_max must be a power of two in 64..32768, got {payload_max}")
+        if ringbuf_pages <= 0 or ringbuf_pages & (ringbuf_pages - 1):
+            raise ValueError(f"ringbuf_pages must be a power of two, got {ringbuf_pages}")
+        self.bpf_dir = Path(bpf_dir).resolve()
+        self.pid_filter = pid_filter
+        self.self_pid = os.getpid() if self_pid is None else self_pid
+        self.comm_prefix = comm_prefix
+        self.cgroup_id = cgroup_id
+        self.ports = frozenset(ports)
+        self.payload_max = payload_max
+        self.ringbuf_pages = ringbuf_pages
+        self.want_tls = tls
+        self.libssl = libssl
+        self.keep_ciphertext = keep_ciphertext
+        self.seed_from_proc = seed_from_proc
+        self.proc = proc_net if proc_net is not None else ProcNet()
+        self.tls_active = False
+        self.notes: list[str] = []
+        """One line per feature that is off (e.g. no libssl -> TLS capture off)."""
+        self.malformed = 0
+        self.truncated = 0
+        """Data samples whose payload holds fewer bytes than the call moved."""
+        self.ciphertext_dropped = 0
+        self.filtered = 0
+        """Samples dropped in user space: port filter, or the fd turned out not TCP."""
+        self.seeded = 0
+        """(pid, fd) entries written from /proc at attach."""
+        self._bpf: Any = None
+        self._pending: list[bytes] = []
+        self._lost_at_close = 0
+        self._last_sweep = 0.0
+
+    # -- program -------------------------------------------------------------
+
+    @property
+    def source_path(self) -> Path:
+        return self.bpf_dir / PROGRAM_FILE
+
+    def _tls_enabled(self) -> bool:
+        return self.want_tls and self.libssl is not None
+
+    def cflags(self) -> list[str]:
+        flags = [
+            f"-I{self.bpf_dir}",
+            f"-DZT_FILTER_PID={self.pid_filter}",
+            f"-DZT_SELF_PID={self.self_pid}",
+            f"-DZT_FILTER_CGROUP={self.cgroup_id}",
+            f"-DZT_PAYLOAD_MAX={self.payload_max}",
+            f"-DZT_RINGBUF_PAGES={self.ringbuf_pages}",
+            f"-DZT_NR_CPUS={_possible_cpus()}",
+            f"-DZT_CAPTURE_TLS={int(self._tls_enabled())}",
+        ]
+        if self.comm_prefix:
+            flags.append(f'-DZT_FILTER_COMM="{self.comm_prefix}"')
+        return flags
+
+    def _read(self, name: str) -> str:
+        path = self.bpf_dir / name
+        try:
+            return path.read_text()
+        except OSError as exc:
+            raise ProbeUnavailable(f"cannot read BPF program {path}: {exc.strerror}") from exc
+
+    def _source(self) -> str:
+        # tls.c is compiled in the same unit as socket.c (shared maps; see socket.c).
+        text = self._read(PROGRAM_FILE)
+        if self._tls_enabled():
+            text += f"\n/* ---- {TLS_PROGRAM_FILE} ---- */\n" + self._read(TLS_PROGRAM_FILE)
+        return text
+
+    def program_text(self) -> str:
+        """The exact C text handed to bcc, preceded by a comment with its cflags."""
+        if self.want_tls and self.libssl is None:
+            self.libssl = find_libssl()
+        return f"/* bcc cflags: {' '.join(self.cflags())} */\n{self._source()}"
+
+    # -- lifecycle -----------------------------------------------------------
+
+    @property
+    def attached(self) -> bool:
+        return self._bpf is not None
+
+    def attach(self) -> None:
+        """Compile and attach; raise :class:`ProbeUnavailable` if syscall capture cannot run.
+
+        A missing libssl or a failed uprobe only turns TLS capture off (see :attr:`notes`).
+        """
+        if self._bpf is not None:
+            return
+        if os.geteuid() != 0:
+            raise ProbeUnavailable(f"socket probe needs root (running as uid {os.geteuid()})")
+        try:
+            BPF: Any = importlib.import_module("bcc").BPF  # untyped; keep it lazy
+        except ImportError as exc:
+            raise ProbeUnavailable(
+                f"bcc is not importable ({exc}); run scripts/setup-ebpf.sh <venv> as root"
+            ) from exc
+        release = os.uname().release
+        if not Path(f"/lib/modules/{release}/build").exists():
+            raise ProbeUnavailable(
+                f"kernel headers missing for {release} (/lib/modules/{release}/build); "
+                "run scripts/setup-ebpf.sh as root"
+            )
+        for name in _SYSCALLS:
+            for event in (f"sys_enter_{name}", f"sys_exit_{name}"):
+                if not BPF.tracepoint_exists("syscalls", event):
+                    raise ProbeUnavailable(
+                        f"tracepoint syscalls:{event} not found (tracefs not mounted or "
+                        "CONFIG_FTRACE_SYSCALLS unset); run scripts/setup-ebpf.sh as root"
+                    )
+        self.notes = []
+        if self.want_tls and self.libssl is None:
+            self.libssl = find_libssl()
+            if self.libssl is None:
+                self.notes.append("libssl not found: TLS capture off, syscall capture on")
+        try:
+            bpf = BPF(text=self._source().encode(), cflags=self.cflags())
+        except Exception as exc:  # bcc raises bare Exception for compile/load/attach
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ProbeUnavailable(f"loading {self.source_path} failed: {first[:200]}") from exc
+        try:
+            bpf[EVENTS_MAP].open_ring_buffer(self._on_ring_event)
+        except Exception as exc:
+            bpf.cleanup()
+            raise ProbeUnavailable(f"opening {EVENTS_MAP.decode()} failed: {exc}") from exc
+        self._bpf = bpf
+        self.tls_active = self._tls_enabled() and self._attach_tls(bpf)
+        if self.seed_from_proc:
+            self._seed()
+
+    def _attach_tls(self, bpf: Any) -> bool:
+        assert self.libssl is not None
+        lib = str(self.libssl).encode()
+        pid = self.pid_filter or -1
+        try:
+            for sym, fn in TLS_SYMBOLS:
+                bpf.attach_uprobe(name=lib, sym=sym.encode(), fn_name=fn.encode(), pid=pid)
+                bpf.attach_uretprobe(
+                    name=lib, sym=sym.encode(), fn_name=TLS_RETURN_FN.encode(), pid=pid
+                )
+        except Exception as exc:
+            for sym, _fn in TLS_SYMBOLS:
+                for detach in (bpf.detach_uprobe, bpf.detach_uretprobe):
+                    with contextlib.suppress(Exception):
+                        detach(name=lib, sym=sym.encode(), pid=pid)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            self.notes.append(f"uprobe on {self.libssl} failed ({first[:120]}): TLS capture off")
+            return False
+        return True
+
+    def close(self) -> None:
+        """Detach and free the BPF program. Safe to call more than once."""
+        if self._bpf is None:
+            return
+        self._lost_at_close = self.lost
+        bpf, self._bpf = self._bpf, None
+        bpf.cleanup()
+
+    def __enter__(self) -> Self:
+        self.attach()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- tracked sockets -----------------------------------------------------
+
+    def _pid_wanted(self, pid: int) -> bool:
+        if pid == self.self_pid or (self.pid_filter and pid != self.pid_filter):
+            return False
+        if self.comm_prefix:
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().rstrip("\n")
+            except OSError:
+                return False
+            if not comm.startswith(self.comm_prefix):
+                return False
+        return not (self.cgroup_id and _cgroup2_id(pid) != self.cgroup_id)
+
+    def track(self, pid: int, fd: int, family: int = 0) -> int:
+        """Start tracking (pid, fd) -- a connection opened before attach. Returns its
+        conn_start_ns (CLOCK_MONOTONIC now), which names the connection from here on."""
+        if self._bpf is None:
+            raise RuntimeError("track() before attach()")
+        table = self._bpf[SOCKETS_MAP]
+        now = time.monotonic_ns()
+        table[table.Key(pid=pid, fd=fd)] = table.Leaf(
+            conn_start_ns=now, family=family, origin=ORIGIN_PROC, tls=0
+        )
+        return now
+
+    def untrack(self, pid: int, fd: int) -> None:
+        if self._bpf is None:
+            return
+        table = self._bpf[SOCKETS_MAP]
+        with contextlib.suppress(KeyError):
+            del table[table.Key(pid=pid, fd=fd)]
+
+    def _seed(self) -> None:
+        """Track the established TCP sockets and note the TCP listeners that exist now."""
+        pids = (
+            [self.pid_filter]
+            if self.pid_filter
+            else [int(name) for name in os.listdir("/proc") if name.isdigit()]
+        )
+        families = self._bpf[FAMILY_MAP]
+        for pid in pids:
+            if not self._pid_wanted(pid):
+                continue
+            for fd, sock in self.proc.tcp_fds(pid):
+                family = AF_INET6 if ":" in sock.endpoints.local_addr else AF_INET
+                conn = self.track(pid, fd, family)
+                self.proc.remember(pid, fd, conn, sock.endpoints)
+                self.seeded += 1
+            for fd, sock in self.proc.tcp_fds(pid, listening=True):
+                family = AF_INET6 if ":" in sock.endpoints.local_addr else AF_INET
+                families[families.Key(pid=pid, fd=fd)] = ctypes.c_uint16(family)
+
+    def sweep(self) -> int:
+        """Untrack sockets of processes that exited (exit closes fds without close(2)).
+        Returns how many entries went."""
+        if self._bpf is None:
+            return 0
+        gone = 0
+        for name in (SOCKETS_MAP, FAMILY_MAP):
+            table = self._bpf[name]
+            dead = [k for k in table if not Path(f"/proc/{k.pid}").exists()]
+            for key in dead:
+                with contextlib.suppress(KeyError):
+                    del table[key]
+                    gone += 1
+        return gone
+
+    # -- events --------------------------------------------------------------
+
+    def _on_ring_event(self, _ctx: Any, data: int, size: int) -> int:
+        self._pending.append(ctypes.string_at(data, size))
+        return 0
+
+    def poll(self, timeout_ms: int) -> list[SocketSample]:
+        """Wait up to *timeout_ms* (-1 = forever); return the samples that pass the filters.
+
+        Resolves each new connection's endpoints in /proc right away (while it is
+        likely still open); :meth:`endpoints` then answers from the cache.
+        """
+        if self._bpf is None:
+            raise RuntimeError("poll() before attach()")
+        self._bpf.ring_buffer_poll(timeout=timeout_ms)
+        raw, self._pending = self._pending, []
+        out: list[SocketSample] = []
+        for buf in raw:
+            try:
+                sample = decode_socket_event(buf)
+            except MalformedEvent:
+                self.malformed += 1
+                continue
+            if self._keep(sample):
+                out.append(sample)
+        now = time.monotonic()
+        if now - self._last_sweep > _SWEEP_EVERY_S:
+            self._last_sweep = now
+            self.sweep()
+        return out
+
+    def _keep(self, sample: SocketSample) -> bool:
+        if isinstance(sample, SocketDataSample):
+            if sample.ciphertext and not self.keep_ciphertext:
+                self.ciphertext_dropped += 1
+                return False
+            if sample.truncated:
+                self.truncated += 1
+        if sample.fd < 0:
+            return True  # TLS call with no fd yet: nothing to resolve
+        endpoints = self.proc.cached(sample.pid, sample.fd, sample.conn_start_ns)
+        if endpoints is None:
+            endpoints = self._resolve_new(sample)
+            if endpoints is None:
+                self.filtered += 1
+                return False
+        if (
+            self.ports
+            and endpoints.known
+            and not (endpoints.local_port in self.ports or endpoints.remote_port in self.ports)
+        ):
+            self.filtered += 1
+            if not (isinstance(sample, ConnSample) and sample.kind is ConnKind.CLOSE):
+                self.untrack(sample.pid, sample.fd)
+            return False
+        return True
+
+    def _resolve_new(self, sample: SocketSample) -> Endpoints | None:
+        """First sight of a connection: endpoints from /proc, or None if the fd is not TCP."""
+        pid, fd, conn = sample.pid, sample.fd, sample.conn_start_ns
+        closed = isinstance(sample, ConnSample) and sample.kind is ConnKind.CLOSE
+        sock = None if closed else self.proc.lookup(pid, fd)
+        if sock is not None:
+            endpoints = sock.endpoints
+        elif not closed and self.proc.socket_inode(pid, fd) is not None:
+            # A live socket that is in neither TCP table: AF_UNIX and the like.
+            self.untrack(pid, fd)
+            self.proc.remember(pid, fd, conn, UNKNOWN)
+            return None
+        elif isinstance(sample, ConnSample) and sample.remote is not None:
+            endpoints = Endpoints("", 0, sample.remote[0], sample.remote[1])
+        else:
+            endpoints = UNKNOWN
+        self.proc.remember(pid, fd, conn, endpoints)
+        return endpoints
+
+    def endpoints(self, sample: SocketSample) -> Endpoints:
+        """The connection's endpoints as resolved in :meth:`poll` (UNKNOWN if never)."""
+        found = self.proc.cached(sample.pid, sample.fd, sample.conn_start_ns)
+        return found if found is not None else UNKNOWN
+
+    # -- counters ------------------------------------------------------------
+
+    def _stat(self, index: int) -> int:
+        if self._bpf is None:
+            return 0
+        table = self._bpf[STATS_MAP]
+        return int(table[table.Key(index)].value)
+
+    @property
+    def lost(self) -> int:
+        """Events dropped in the kernel: ring buffer full, or per-thread state map full."""
+        if self._bpf is None:
+            return self._lost_at_close
+        return self._stat(STAT_LOST) + self._stat(STAT_INFLIGHT_FULL)
+
+    @property
+    def sockets_full(self) -> int:
+        """Connections not tracked because zt_socket_fds was full."""
+        return self._stat(STAT_SOCKETS_FULL)

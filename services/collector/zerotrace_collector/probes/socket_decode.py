@@ -1,0 +1,300 @@
+"""Decode raw socket-probe records (``bpf/socket.c``, ``bpf/tls.c``; ``bpf/zerotrace_events.h``).
+
+Pure Python: no bcc import. Two records share the ring buffer, told apart by the
+leading u32 type tag:
+
+``struct zt_sock_data_hdr`` (80 bytes) followed by ``payload_len`` payload bytes::
+
+    off size field            off size field
+      0    4 u32 type (2)      48    8 u64 conn_start_ns
+      4    4 u32 pid           56    1 u8  direction
+      8    4 u32 tid           57    1 u8  source
+     12    4 s32 fd            58    1 u8  op
+     16    8 u64 cgroup_id     59    1 u8  flags
+     24    8 u64 start_ns      60    4 u32 payload_len
+     32    8 u64 end_ns        64   16 char comm[16]
+     40    8 s64 ret           80      payload
+
+``struct zt_sock_conn_event`` (112 bytes)::
+
+      0..48 as above (ret = syscall result), 48 u64 conn_start_ns, 56 u32 kind,
+      60 u16 family, 62 u16 pad, 64 char comm[16], 80 u8 addr[28] (connect's
+      struct sockaddr), 108 pad[4]
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Final, TypeAlias
+
+from .fileio_decode import COMM_LEN, MalformedEvent, RawEvent, peek_type
+
+__all__ = [
+    "CONN_EVENT_SIZE",
+    "DATA_HEADER_SIZE",
+    "F_CIPHERTEXT",
+    "F_FD_GUESSED",
+    "F_FD_UNKNOWN",
+    "ZT_EVENT_SOCK_CONN",
+    "ZT_EVENT_SOCK_DATA",
+    "ConnKind",
+    "ConnSample",
+    "Direction",
+    "MalformedEvent",
+    "SockOp",
+    "SocketDataSample",
+    "SocketSample",
+    "Source",
+    "decode_conn",
+    "decode_socket_data",
+    "decode_socket_event",
+    "parse_sockaddr",
+]
+
+ZT_EVENT_SOCK_DATA: Final = 2
+ZT_EVENT_SOCK_CONN: Final = 3
+
+F_CIPHERTEXT: Final = 0x01
+"""Syscall bytes of a TLS connection; the payload was not copied."""
+F_FD_GUESSED: Final = 0x02
+"""TLS: the SSL* -> fd binding came from the memory-BIO heuristic."""
+F_FD_UNKNOWN: Final = 0x04
+"""TLS: no fd known for this SSL* (``fd`` is -1)."""
+_KNOWN_FLAGS: Final = F_CIPHERTEXT | F_FD_GUESSED | F_FD_UNKNOWN
+
+DATA_HEADER: Final = struct.Struct(f"<IIIiQQQqQBBBBI{COMM_LEN}s")
+DATA_HEADER_SIZE: Final = DATA_HEADER.size
+CONN_EVENT: Final = struct.Struct(f"<IIIiQQQqQIHH{COMM_LEN}s28s4x")
+CONN_EVENT_SIZE: Final = CONN_EVENT.size
+_MAX_TRAILING: Final = 7  # perf-buffer padding, as in fileio_decode
+
+if DATA_HEADER_SIZE != 80 or CONN_EVENT_SIZE != 112:  # pragma: no cover - guards edits
+    raise ImportError("socket event layout drifted from bpf/zerotrace_events.h")
+
+_AF_INET: Final = 2
+_AF_INET6: Final = 10
+
+
+class Direction(IntEnum):
+    INGRESS = 1
+    EGRESS = 2
+
+
+class Source(IntEnum):
+    SYSCALL = 1
+    TLS = 2
+
+
+class SockOp(IntEnum):
+    READ = 1
+    WRITE = 2
+    READV = 3
+    WRITEV = 4
+    RECVFROM = 5
+    SENDTO = 6
+    RECVMSG = 7
+    SENDMSG = 8
+    SSL_READ = 9
+    SSL_WRITE = 10
+    SSL_READ_EX = 11
+    SSL_WRITE_EX = 12
+
+
+class ConnKind(IntEnum):
+    CONNECT = 1
+    ACCEPT = 2
+    CLOSE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class SocketDataSample:
+    """Bytes moved by one syscall or SSL call on a tracked socket."""
+
+    pid: int
+    tid: int
+    fd: int
+    """Socket fd; -1 for a TLS call whose SSL* is not bound to an fd yet."""
+    cgroup_id: int
+    start_mono_ns: int
+    end_mono_ns: int
+    nbytes: int
+    """Bytes the call transferred (> 0)."""
+    conn_start_ns: int
+    """CLOCK_MONOTONIC time tracking of (pid, fd) began: with them, names the connection."""
+    direction: Direction
+    source: Source
+    op: SockOp
+    flags: int
+    comm: str
+    payload: bytes
+    """The first ``min(bytes, capture size)`` bytes; empty for ciphertext events."""
+
+    @property
+    def truncated(self) -> bool:
+        return len(self.payload) < self.nbytes
+
+    @property
+    def ciphertext(self) -> bool:
+        return bool(self.flags & F_CIPHERTEXT)
+
+    @property
+    def fd_guessed(self) -> bool:
+        return bool(self.flags & F_FD_GUESSED)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnSample:
+    """A tracked socket appeared (connect, accept) or went (close)."""
+
+    pid: int
+    tid: int
+    fd: int
+    cgroup_id: int
+    start_mono_ns: int
+    end_mono_ns: int
+    ret: int
+    """Syscall result: connect 0 or -EINPROGRESS (-115), accept the fd, close 0/-errno."""
+    conn_start_ns: int
+    kind: ConnKind
+    family: int
+    """AF_INET (2), AF_INET6 (10), or 0 when unknown."""
+    comm: str
+    remote: tuple[str, int] | None
+    """CONNECT only: the address the caller passed, else None."""
+
+
+SocketSample: TypeAlias = SocketDataSample | ConnSample
+
+
+def _comm(raw: bytes) -> str:
+    end = raw.find(b"\0")
+    if end < 0:
+        raise MalformedEvent("comm is not NUL-terminated")
+    return raw[:end].decode("utf-8", "backslashreplace")
+
+
+def parse_sockaddr(raw: bytes) -> tuple[str, int] | None:
+    """(address, port) of a ``struct sockaddr_in``/``sockaddr_in6`` in *raw*, else None."""
+    if len(raw) < 2:
+        return None
+    family = int.from_bytes(raw[:2], "little")
+    if family == _AF_INET and len(raw) >= 8:
+        return str(ipaddress.IPv4Address(raw[4:8])), int.from_bytes(raw[2:4], "big")
+    if family == _AF_INET6 and len(raw) >= 24:
+        return str(ipaddress.IPv6Address(raw[8:24])), int.from_bytes(raw[2:4], "big")
+    return None
+
+
+def _enum(kind: type[IntEnum], value: int, field: str) -> int:
+    try:
+        return int(kind(value))
+    except ValueError:
+        raise MalformedEvent(f"unknown {field} {value}") from None
+
+
+def decode_socket_data(buf: RawEvent) -> SocketDataSample:
+    """Decode one data record (header + payload); raise :class:`MalformedEvent` if invalid."""
+    size = len(buf)
+    if size < DATA_HEADER_SIZE:
+        raise MalformedEvent(f"socket-data event too short: {size} bytes, need {DATA_HEADER_SIZE}")
+    (
+        tag,
+        pid,
+        tid,
+        fd,
+        cgroup_id,
+        start_ns,
+        end_ns,
+        ret,
+        conn_start_ns,
+        direction,
+        source,
+        op,
+        flags,
+        payload_len,
+        comm_raw,
+    ) = DATA_HEADER.unpack_from(buf, 0)
+    if tag != ZT_EVENT_SOCK_DATA:
+        raise MalformedEvent(f"wrong event type tag {tag}, expected {ZT_EVENT_SOCK_DATA}")
+    end = DATA_HEADER_SIZE + payload_len
+    if size < end or size > end + _MAX_TRAILING:
+        raise MalformedEvent(f"socket-data event is {size} bytes, header says {end}")
+    if end_ns < start_ns:
+        raise MalformedEvent(f"end_ns {end_ns} precedes start_ns {start_ns}")
+    if ret <= 0:
+        raise MalformedEvent(f"socket-data event with {ret} bytes")
+    if payload_len > ret:
+        raise MalformedEvent(f"payload of {payload_len} bytes exceeds the {ret} transferred")
+    if flags & ~_KNOWN_FLAGS:
+        raise MalformedEvent(f"unknown flags 0x{flags:02x}")
+    return SocketDataSample(
+        pid=pid,
+        tid=tid,
+        fd=fd,
+        cgroup_id=cgroup_id,
+        start_mono_ns=start_ns,
+        end_mono_ns=end_ns,
+        nbytes=ret,
+        conn_start_ns=conn_start_ns,
+        direction=Direction(_enum(Direction, direction, "direction")),
+        source=Source(_enum(Source, source, "source")),
+        op=SockOp(_enum(SockOp, op, "op")),
+        flags=flags,
+        comm=_comm(comm_raw),
+        payload=bytes(buf[DATA_HEADER_SIZE:end]),
+    )
+
+
+def decode_conn(buf: RawEvent) -> ConnSample:
+    """Decode one connect/accept/close record; raise :class:`MalformedEvent` if invalid."""
+    size = len(buf)
+    if size < CONN_EVENT_SIZE or size > CONN_EVENT_SIZE + _MAX_TRAILING:
+        raise MalformedEvent(f"conn event is {size} bytes, expected {CONN_EVENT_SIZE}")
+    (
+        tag,
+        pid,
+        tid,
+        fd,
+        cgroup_id,
+        start_ns,
+        end_ns,
+        ret,
+        conn_start_ns,
+        kind,
+        family,
+        _pad,
+        comm_raw,
+        addr,
+    ) = CONN_EVENT.unpack_from(buf, 0)
+    if tag != ZT_EVENT_SOCK_CONN:
+        raise MalformedEvent(f"wrong event type tag {tag}, expected {ZT_EVENT_SOCK_CONN}")
+    if end_ns < start_ns:
+        raise MalformedEvent(f"end_ns {end_ns} precedes start_ns {start_ns}")
+    conn_kind = ConnKind(_enum(ConnKind, kind, "conn kind"))
+    return ConnSample(
+        pid=pid,
+        tid=tid,
+        fd=fd,
+        cgroup_id=cgroup_id,
+        start_mono_ns=start_ns,
+        end_mono_ns=end_ns,
+        ret=ret,
+        conn_start_ns=conn_start_ns,
+        kind=conn_kind,
+        family=family,
+        comm=_comm(comm_raw),
+        remote=parse_sockaddr(addr) if conn_kind is ConnKind.CONNECT else None,
+    )
+
+
+def decode_socket_event(buf: RawEvent) -> SocketSample:
+    """Dispatch on the type tag; raise :class:`MalformedEvent` for anything else."""
+    tag = peek_type(buf)
+    if tag == ZT_EVENT_SOCK_DATA:
+        return decode_socket_data(buf)
+    if tag == ZT_EVENT_SOCK_CONN:
+        return decode_conn(buf)
+    raise MalformedEvent(f"unknown socket event type tag {tag}")

@@ -1,0 +1,386 @@
+"""Kernel test: the socket probe sees exactly the TCP traffic a workload makes.
+
+A server and a client (separate child processes) on 127.0.0.1 make 23 request/response
+round trips of known sizes through different syscalls (read/write, readv/writev,
+recvmsg/sendmsg, recvfrom/sendto); one request is larger than the capture size.
+Needs root, bcc, kernel headers and syscall tracepoints (scripts/setup-ebpf.sh).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from zerotrace_collector.probes.socket import SocketProbe
+from zerotrace_collector.probes.socket_decode import (
+    ConnKind,
+    ConnSample,
+    Direction,
+    SocketDataSample,
+    SocketSample,
+    SockOp,
+    Source,
+)
+
+pytestmark = pytest.mark.kernel
+
+REPO = Path(__file__).resolve().parents[2]
+BPF_DIR = REPO / "bpf"
+ROUNDS = 23
+PAYLOAD_MAX = 4096  # small capture size, so one request (BIG) is truncated
+BIG = 3  # round whose request is larger than PAYLOAD_MAX
+
+
+def request(i: int) -> bytes:
+    size = 10_000 if i == BIG else 100 + i
+    return (f"REQ{i:02d}".encode() + bytes(range(256)) * 40)[:size]
+
+
+def response(i: int) -> bytes:
+    return (f"RESP{i:02d}".encode() + b"abcdefgh" * 100)[: 200 + i]
+
+
+_HELPERS = f"ROUNDS, BIG = {ROUNDS}, {BIG}\n" + "".join(
+    inspect.getsource(f) for f in (request, response)
+)
+
+# Server: accept one connection, answer ROUNDS requests through rotating syscalls, report
+# how many calls of each kind it made (reads may return partial data), wait for "bye".
+SERVER = textwrap.dedent(
+    """
+    import json, os, socket, sys
+    %(helpers)s
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen()
+    print(srv.getsockname()[1], flush=True)
+    conn, peer = srv.accept()
+    calls = {"in": 0, "out": 0, "in_bytes": 0, "out_bytes": 0}
+    def recv_exact(n, how):
+        buf = b""
+        while len(buf) < n:
+            calls["in"] += 1
+            if how == 0:
+                chunk = os.read(conn.fileno(), n - len(buf))
+            elif how == 1:
+                b = bytearray(n - len(buf)); k = os.readv(conn.fileno(), [b]); chunk = bytes(b[:k])
+            elif how == 2:
+                chunk, *_ = conn.recvmsg(n - len(buf))
+            else:
+                chunk = conn.recv(n - len(buf), socket.MSG_WAITALL)
+            buf += chunk
+        calls["in_bytes"] += len(buf)
+        return buf
+    for i in range(ROUNDS):
+        got = recv_exact(len(request(i)), i % 4)
+        assert got == request(i), i
+        r = response(i)
+        calls["out"] += 1
+        if i % 4 == 0:
+            n = os.write(conn.fileno(), r)
+        elif i % 4 == 1:
+            n = os.writev(conn.fileno(), [r[:50], r[50:]])
+        elif i % 4 == 2:
+            n = conn.sendmsg([r[:10], r[10:120], r[120:]])
+        else:
+            n = conn.send(r)
+        assert n == len(r)
+        calls["out_bytes"] += n
+    print(json.dumps({"fd": conn.fileno(), "peer": peer[1], **calls}), flush=True)
+    sys.stdin.readline()
+    conn.close(); srv.close()
+    """
+).replace("%(helpers)s", _HELPERS)
+
+CLIENT = textwrap.dedent(
+    """
+    import json, socket, sys
+    %(helpers)s
+    port = int(sys.argv[1])
+    c = socket.create_connection(("127.0.0.1", port))
+    for i in range(ROUNDS):
+        c.sendall(request(i))
+        assert c.recv(len(response(i)), socket.MSG_WAITALL) == response(i), i
+    print(json.dumps({"fd": c.fileno(), "port": c.getsockname()[1]}), flush=True)
+    sys.stdin.readline()
+    c.close()
+    """
+).replace("%(helpers)s", _HELPERS)
+
+
+def _environment_skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "kernel tests need root to load eBPF programs"
+    if importlib.util.find_spec("bcc") is None:
+        return "bcc not importable: run scripts/setup-ebpf.sh <venv> as root"
+    release = os.uname().release
+    if not Path(f"/lib/modules/{release}/build").exists():
+        return f"no kernel headers for {release}: run scripts/setup-ebpf.sh as root"
+    if not Path("/sys/kernel/tracing/events/syscalls/sys_enter_sendmsg").exists():
+        return "tracefs not mounted or no syscall tracepoints: run scripts/setup-ebpf.sh"
+    return None
+
+
+_SKIP = _environment_skip_reason()
+if _SKIP is not None:
+    if os.environ.get("ZEROTRACE_REQUIRE_KERNEL") == "1":
+        pytest.fail(_SKIP, pytrace=False)
+    pytest.skip(_SKIP, allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def probe() -> Iterator[SocketProbe]:
+    p = SocketProbe(BPF_DIR, payload_max=PAYLOAD_MAX, ringbuf_pages=4096, tls=False)
+    p.attach()
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def _poll_until(
+    probe: SocketProbe, done: Callable[[list[SocketSample]], bool], seconds: float = 20
+) -> list[SocketSample]:
+    """Poll until done(samples) is true (then a short drain), or fail after *seconds*."""
+    out: list[SocketSample] = []
+    deadline = time.monotonic() + seconds
+    while not done(out):
+        assert time.monotonic() < deadline, "expected events did not arrive"
+        out.extend(probe.poll(50))
+    end = time.monotonic() + 0.2
+    while time.monotonic() < end:
+        out.extend(probe.poll(20))
+    return out
+
+
+def _popen(code: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _reap(*children: subprocess.Popen[str] | None) -> None:
+    for child in children:
+        if child is None:
+            continue
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        for stream in (child.stdin, child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _line(child: subprocess.Popen[str]) -> str:
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    assert line, f"child {child.pid} exited early"
+    return line
+
+
+def test_round_trips_counted_exactly(probe: SocketProbe) -> None:
+    lost_before, malformed_before = probe.lost, probe.malformed
+    server = _popen(SERVER)
+    client = None
+    try:
+        port = int(_line(server))
+        client = _popen(CLIENT, str(port))
+        cinfo = json.loads(_line(client))
+        sinfo = json.loads(_line(server))
+        spid, cpid = server.pid, client.pid
+
+        def mine(s: SocketSample) -> bool:
+            return s.pid in (spid, cpid)
+
+        def complete(samples: list[SocketSample]) -> bool:
+            data = [s for s in samples if isinstance(s, SocketDataSample) and mine(s)]
+            want = sinfo["in"] + sinfo["out"] + 2 * ROUNDS
+            return len(data) >= int(want)
+
+        samples = [s for s in _poll_until(probe, complete) if mine(s)]
+        for child in (server, client):
+            assert child.stdin is not None
+            child.stdin.write("bye\n")
+            child.stdin.close()
+        closes = [
+            s
+            for s in _poll_until(
+                probe,
+                lambda out: len([c for c in out if isinstance(c, ConnSample) and mine(c)]) >= 2,
+            )
+            if mine(s)
+        ]
+        assert server.wait(10) == 0 and client.wait(10) == 0
+    finally:
+        _reap(server, client)
+    assert probe.lost == lost_before, "kernel dropped events: host too busy to verify counts"
+    assert probe.malformed == malformed_before
+
+    data = [s for s in samples if isinstance(s, SocketDataSample)]
+    conns = [s for s in samples if isinstance(s, ConnSample)]
+
+    def of(pid: int, direction: Direction) -> list[SocketDataSample]:
+        return [s for s in data if s.pid == pid and s.direction is direction]
+
+    c_out, c_in = of(cpid, Direction.EGRESS), of(cpid, Direction.INGRESS)
+    s_in, s_out = of(spid, Direction.INGRESS), of(spid, Direction.EGRESS)
+    assert len(c_out) == ROUNDS
+    assert len(c_in) == ROUNDS  # MSG_WAITALL: one recvfrom per response
+    assert len(s_in) == sinfo["in"]
+    assert len(s_out) == ROUNDS == sinfo["out"]
+    total_req = sum(len(request(i)) for i in range(ROUNDS))
+    total_resp = sum(len(response(i)) for i in range(ROUNDS))
+    assert sum(s.nbytes for s in c_out) == sum(s.nbytes for s in s_in) == total_req
+    assert sum(s.nbytes for s in s_out) == sum(s.nbytes for s in c_in) == total_resp
+    assert all(s.source is Source.SYSCALL and s.flags == 0 for s in data)
+
+    # Payload prefixes are the bytes sent; only the big request is truncated.
+    for i, (out, got) in enumerate(zip(c_out, c_in, strict=True)):
+        assert out.nbytes == len(request(i))
+        assert out.payload == request(i)[:PAYLOAD_MAX]
+        assert out.truncated == (i == BIG)
+        assert got.payload == response(i)
+        assert out.op is SockOp.SENDTO and got.op is SockOp.RECVFROM
+    for i, sent in enumerate(s_out):
+        assert sent.payload == response(i) and not sent.truncated
+    assert {s.op for s in s_out} == {SockOp.WRITE, SockOp.WRITEV, SockOp.SENDMSG, SockOp.SENDTO}
+    assert {SockOp.READ, SockOp.READV, SockOp.RECVMSG, SockOp.RECVFROM} <= {s.op for s in s_in}
+    assert b"".join(s.payload for s in s_in if not s.truncated).startswith(request(0))
+
+    # Connection lifecycle and one connection id per side.
+    connect = [c for c in conns if c.kind is ConnKind.CONNECT]
+    accept = [c for c in conns if c.kind is ConnKind.ACCEPT]
+    assert len(connect) == 1 and connect[0].pid == cpid and connect[0].fd == cinfo["fd"]
+    assert connect[0].remote == ("127.0.0.1", port)
+    assert len(accept) == 1 and accept[0].pid == spid and accept[0].fd == sinfo["fd"]
+    assert {s.conn_start_ns for s in of(cpid, Direction.EGRESS) + c_in} == {
+        connect[0].conn_start_ns
+    }
+    assert {s.conn_start_ns for s in s_in + s_out} == {accept[0].conn_start_ns}
+    close = [c for c in closes if isinstance(c, ConnSample) and c.kind is ConnKind.CLOSE]
+    assert sorted((c.pid, c.fd) for c in close) == sorted(
+        [(cpid, cinfo["fd"]), (spid, sinfo["fd"])]
+    )
+
+    # 5-tuples, resolved from /proc while the connection was open.
+    c_ends = probe.endpoints(c_out[0])
+    s_ends = probe.endpoints(s_in[0])
+    assert (c_ends.local_addr, c_ends.local_port) == ("127.0.0.1", cinfo["port"])
+    assert (c_ends.remote_addr, c_ends.remote_port) == ("127.0.0.1", port)
+    assert (s_ends.local_addr, s_ends.local_port) == ("127.0.0.1", port)
+    assert (s_ends.remote_addr, s_ends.remote_port) == ("127.0.0.1", cinfo["port"])
+    assert sinfo["peer"] == cinfo["port"]
+    assert probe.endpoints(close[0]).known
+
+    # Timing: monotonic, entry before exit.
+    assert all(s.start_mono_ns <= s.end_mono_ns for s in samples)
+    assert [s.start_mono_ns for s in c_out] == sorted(s.start_mono_ns for s in c_out)
+    assert not [s for s in samples if s.pid == os.getpid()]
+
+
+def test_port_filter_drops_other_connections() -> None:
+    server = _popen(SERVER)
+    client = None
+    filtered = SocketProbe(BPF_DIR, ports={1}, tls=False, seed_from_proc=False)
+    try:
+        filtered.attach()
+        port = int(_line(server))
+        client = _popen(CLIENT, str(port))
+        _line(client)
+        _line(server)
+        samples = []
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            samples.extend(filtered.poll(50))
+    finally:
+        filtered.close()
+        _reap(server, client)
+    assert not [s for s in samples if s.pid in (server.pid, client.pid if client else 0)]
+    assert filtered.filtered > 0
+
+
+UVICORN_APP = textwrap.dedent(
+    """
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await receive()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        for i in range(3):
+            await send({"type": "http.response.body", "body": b"data: %d\\n\\n" % i,
+                        "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    """
+)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("uvloop") is None, reason="uvloop not installed")
+def test_uvicorn_uvloop_server_and_httpx_client(probe: SocketProbe, tmp_path: Path) -> None:
+    (tmp_path / "zt_sse_app.py").write_text(UVICORN_APP)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "zt_sse_app:app", "--port", "0", "--loop", "uvloop",
+         "--http", "httptools", "--log-level", "info"],
+        cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    client = None
+    try:
+        assert server.stderr is not None
+        port = 0
+        while not port:
+            line = server.stderr.readline()
+            assert line, "uvicorn exited"
+            if "running on" in line.lower():
+                port = int(line.rsplit(":", 1)[1].split()[0])
+        client_code = (
+            "import httpx,sys\n"
+            "with httpx.Client() as c:\n"
+            "    for _ in range(7):\n"
+            "        r = c.post(f'http://127.0.0.1:{sys.argv[1]}/v1/chat', json={'q': 1})\n"
+            "        assert r.status_code == 200 and r.text.startswith('data: 0'), r.text\n"
+        )
+        client = subprocess.run([sys.executable, "-c", client_code, str(port)], timeout=30)
+        assert client.returncode == 0
+        samples = _poll_until(
+            probe,
+            lambda out: (
+                sum(
+                    isinstance(s, SocketDataSample)
+                    and s.pid == server.pid
+                    and s.direction is Direction.EGRESS
+                    for s in out
+                )
+                >= 7 * 5
+            ),
+        )
+    finally:
+        server.terminate()
+        server.wait(10)
+        _reap(server)
+    srv = [s for s in samples if s.pid == server.pid]
+    srv_data = [s for s in srv if isinstance(s, SocketDataSample)]
+    assert [s.kind for s in srv if isinstance(s, ConnSample)][:1] == [ConnKind.ACCEPT]
+    reqs = [s for s in srv_data if s.direction is Direction.INGRESS]
+    assert reqs and all(s.op is SockOp.READ for s in reqs)  # uvloop/libuv: read(2)
+    assert sum(s.payload.startswith(b"POST /v1/chat HTTP/1.1") for s in reqs) == 7
+    out = [s for s in srv_data if s.direction is Direction.EGRESS]
+    assert {s.op for s in out} <= {SockOp.WRITE, SockOp.WRITEV}
+    assert sum(b"data: 2\n\n" in s.payload for s in out) == 7
+    http_clients = [
+        s for s in samples
+        if isinstance(s, SocketDataSample) and s.payload.startswith(b"POST /v1/chat")
+        and s.direction is Direction.EGRESS
+    ]  # fmt: skip
+    assert len(http_clients) == 7
+    assert {s.op for s in http_clients} == {SockOp.SENDTO}  # httpx: socket.sendall -> sendto

@@ -1,0 +1,247 @@
+"""Kernel test: TLS plaintext through libssl uprobes; ciphertext syscalls are marked.
+
+A Python ``ssl`` server and client (separate processes, blocking sockets: OpenSSL's
+socket BIO) exchange known messages over 127.0.0.1 with a self-signed certificate.
+Needs root, bcc, kernel headers, uprobes, libssl and the ``openssl`` command.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from zerotrace_collector.probes.socket import SocketProbe
+from zerotrace_collector.probes.socket_decode import (
+    ConnKind,
+    ConnSample,
+    Direction,
+    SocketDataSample,
+    SocketSample,
+    Source,
+)
+from zerotrace_collector.probes.tls import find_libssl
+
+pytestmark = pytest.mark.kernel
+
+REPO = Path(__file__).resolve().parents[2]
+BPF_DIR = REPO / "bpf"
+ROUNDS = 11
+
+COMMON = (
+    textwrap.dedent(
+        """
+    import json, socket, ssl, sys
+    ROUNDS = %d
+    def request(i): return b"GET /secret/%%02d HTTP/1.1\\r\\n\\r\\n" %% i
+    def response(i): return b"HTTP/1.1 200 OK\\r\\nx: %%02d\\r\\n\\r\\n" %% i + b"z" * (50 + i)
+    calls = {"reads": 0}
+    def recv_exact(s, n):
+        buf = b""
+        while len(buf) < n:
+            calls["reads"] += 1
+            buf += s.recv(n - len(buf))
+        return buf
+    """
+    )
+    % ROUNDS
+)
+
+SERVER = COMMON + textwrap.dedent(
+    """
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen()
+    print(srv.getsockname()[1], flush=True)
+    raw, _ = srv.accept()
+    conn = ctx.wrap_socket(raw, server_side=True)
+    for i in range(ROUNDS):
+        assert recv_exact(conn, len(request(i))) == request(i)
+        conn.sendall(response(i))
+    print(json.dumps({"fd": conn.fileno(), **calls}), flush=True)
+    sys.stdin.readline()
+    """
+)
+
+CLIENT = COMMON + textwrap.dedent(
+    """
+    ctx = ssl.create_default_context(cafile=sys.argv[1])
+    raw = socket.create_connection(("127.0.0.1", int(sys.argv[2])))
+    c = ctx.wrap_socket(raw, server_hostname="localhost")
+    for i in range(ROUNDS):
+        c.sendall(request(i))
+        assert recv_exact(c, len(response(i))) == response(i)
+    print(json.dumps({"fd": c.fileno(), **calls}), flush=True)
+    sys.stdin.readline()
+    """
+)
+
+
+def request(i: int) -> bytes:
+    return b"GET /secret/%02d HTTP/1.1\r\n\r\n" % i
+
+
+def response(i: int) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nx: %02d\r\n\r\n" % i + b"z" * (50 + i)
+
+
+def _environment_skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "kernel tests need root to load eBPF programs"
+    if importlib.util.find_spec("bcc") is None:
+        return "bcc not importable: run scripts/setup-ebpf.sh <venv> as root"
+    release = os.uname().release
+    if not Path(f"/lib/modules/{release}/build").exists():
+        return f"no kernel headers for {release}: run scripts/setup-ebpf.sh as root"
+    if find_libssl() is None:
+        return "no libssl.so found for CPython's _ssl: TLS capture cannot be tested"
+    if shutil.which("openssl") is None:
+        return "the openssl command is needed to make a test certificate"
+    return None
+
+
+_SKIP = _environment_skip_reason()
+if _SKIP is not None:
+    if os.environ.get("ZEROTRACE_REQUIRE_KERNEL") == "1":
+        pytest.fail(_SKIP, pytrace=False)
+    pytest.skip(_SKIP, allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def probe() -> Iterator[SocketProbe]:
+    # keep_ciphertext: the test checks the kernel's marking; by default poll() drops them.
+    p = SocketProbe(BPF_DIR, keep_ciphertext=True)
+    p.attach()
+    try:
+        assert p.tls_active, p.notes
+        yield p
+    finally:
+        p.close()
+
+
+@pytest.fixture
+def cert(tmp_path: Path) -> tuple[Path, Path]:
+    crt, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+         "-days", "1", "-keyout", str(key), "-out", str(crt),
+         "-addext", "subjectAltName=DNS:localhost"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return crt, key
+
+
+def _popen(code: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _line(child: subprocess.Popen[str]) -> str:
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    assert line, f"child {child.pid} exited early"
+    return line
+
+
+def test_tls_plaintext_seen_and_ciphertext_marked(
+    probe: SocketProbe, cert: tuple[Path, Path]
+) -> None:
+    server = _popen(SERVER, str(cert[0]), str(cert[1]))
+    client = None
+    samples: list[SocketSample] = []
+    try:
+        port = int(_line(server))
+        client = _popen(CLIENT, str(cert[0]), str(port))
+        cinfo = json.loads(_line(client))
+        sinfo = json.loads(_line(server))
+        pids = {server.pid, client.pid}
+        want = 2 * ROUNDS + cinfo["reads"] + sinfo["reads"]
+        deadline = time.monotonic() + 20
+        while (
+            len([s for s in samples if s.pid in pids and isinstance(s, SocketDataSample)
+                 and s.source is Source.TLS]) < want
+        ):  # fmt: skip
+            assert time.monotonic() < deadline, "TLS events did not arrive"
+            samples.extend(probe.poll(50))
+        end = time.monotonic() + 0.2
+        while time.monotonic() < end:
+            samples.extend(probe.poll(20))
+    finally:
+        for child in (server, client):
+            if child is None:
+                continue
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+            for stream in (child.stdin, child.stdout):
+                if stream is not None:
+                    stream.close()
+    mine = [s for s in samples if s.pid in pids]
+    tls = [s for s in mine if isinstance(s, SocketDataSample) and s.source is Source.TLS]
+    c_out = [s for s in tls if s.pid == client.pid and s.direction is Direction.EGRESS]
+    s_in = [s for s in tls if s.pid == server.pid and s.direction is Direction.INGRESS]
+    s_out = [s for s in tls if s.pid == server.pid and s.direction is Direction.EGRESS]
+    c_in = [s for s in tls if s.pid == client.pid and s.direction is Direction.INGRESS]
+    assert [s.payload for s in c_out] == [request(i) for i in range(ROUNDS)]
+    assert [s.payload for s in s_out] == [response(i) for i in range(ROUNDS)]
+    assert len(s_in) == sinfo["reads"] and len(c_in) == cinfo["reads"]
+    assert b"".join(s.payload for s in s_in) == b"".join(request(i) for i in range(ROUNDS))
+    assert b"".join(s.payload for s in c_in) == b"".join(response(i) for i in range(ROUNDS))
+    # The SSL* was bound to the socket by the syscalls made inside the SSL calls.
+    assert {s.fd for s in c_out + c_in} == {cinfo["fd"]}
+    assert {s.fd for s in s_in + s_out} == {sinfo["fd"]}
+    assert not [s for s in tls if s.flags]
+
+    # Every syscall on the two TLS sockets (handshake included) is marked ciphertext,
+    # carries no payload, and the plaintext never shows up at the syscall layer.
+    sys_events = [s for s in mine if isinstance(s, SocketDataSample) and s.source is Source.SYSCALL]
+    assert sys_events
+    assert all(s.ciphertext and s.payload == b"" for s in sys_events)
+    accept = [s for s in mine if isinstance(s, ConnSample) and s.kind is ConnKind.ACCEPT]
+    assert len(accept) == 1
+    conns = {(s.pid, s.conn_start_ns) for s in tls}
+    assert len(conns) == 2  # one connection per side, shared by TLS and syscall events
+    assert {(s.pid, s.conn_start_ns) for s in sys_events} == conns
+
+
+def test_ciphertext_dropped_by_default(cert: tuple[Path, Path]) -> None:
+    p = SocketProbe(BPF_DIR, seed_from_proc=False)
+    server = _popen(SERVER, str(cert[0]), str(cert[1]))
+    client = None
+    samples: list[SocketSample] = []
+    try:
+        p.attach()
+        port = int(_line(server))
+        client = _popen(CLIENT, str(cert[0]), str(port))
+        _line(client)
+        _line(server)
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            samples.extend(p.poll(50))
+    finally:
+        p.close()
+        for child in (server, client):
+            if child is None:
+                continue
+            child.kill()
+            child.wait()
+            for stream in (child.stdin, child.stdout):
+                if stream is not None:
+                    stream.close()
+    pids = {server.pid, client.pid if client else 0}
+    data = [s for s in samples if s.pid in pids and isinstance(s, SocketDataSample)]
+    assert data and all(s.source is Source.TLS for s in data)
+    assert p.ciphertext_dropped > 0
