@@ -1,0 +1,225 @@
+"""Live capture, a thin shell: an AF_PACKET socket on one interface (`lo` included) ->
+CapturedPacket, written to a pcap file and/or handed to the pure pipeline.
+
+No BPF filter and no libpcap: every frame of the interface comes up to Python, and the
+optional port filter runs here; fine for `lo` and test traffic, not for a busy 100G link.
+Timestamps are the kernel's (SO_TIMESTAMPNS), taken when the frame reached the socket layer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from zerotrace.errors import ConfigError, FeatureUnavailable
+from zerotrace_collector.packets.captured import CapturedPacket
+from zerotrace_collector.packets.decode import TcpPacket, decode_tcp
+from zerotrace_collector.packets.link import LINKTYPE_ETHERNET, LINKTYPE_RAW
+from zerotrace_collector.packets.pcap import DEFAULT_SNAPLEN, PcapWriter
+
+ETH_P_ALL = 0x0003
+ETH_P_IP = 0x0800
+ETH_P_IPV6 = 0x86DD
+# Python's socket module does not export it; 35 is SO_TIMESTAMPNS (_OLD) in
+# asm-generic/socket.h, used by x86, arm and riscv. The control message carries a struct
+# timespec: two native longs.
+SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@ll")
+ARPHRD_ETHER = 1
+ARPHRD_LOOPBACK = 772
+# On loopback every frame is seen twice, leaving (OUTGOING) and arriving (HOST); libpcap keeps
+# only the arriving copy, and so do we.
+PACKET_OUTGOING = 4
+POLL_S = 0.2  # how often a blocked read wakes up to check the stop condition
+# The kernel queues frames for us in the socket's receive buffer and drops them when it is
+# full; Python reads slower than lo delivers 64 KiB frames, so ask for a roomy one (root may
+# exceed net.core.rmem_max with SO_RCVBUFFORCE).
+RCVBUF_BYTES = 64 * 1024 * 1024
+SO_RCVBUFFORCE = 33
+SOL_PACKET = 263
+PACKET_STATISTICS = 6  # struct tpacket_stats: packets, drops; reading it resets both
+
+
+@dataclass
+class CaptureStats:
+    interface: str
+    linktype: int
+    received: int = 0  # frames read from the socket
+    loopback_copies: int = 0  # outgoing copies on loopback, dropped
+    filtered_out: int = 0  # frames the port filter dropped
+    kept: int = 0  # frames written and/or handed on
+    truncated: int = 0  # frames longer than the capture length
+    kernel_drops: int = 0  # frames the kernel dropped because the socket buffer was full
+
+
+def parse_hardware_type(text: str, interface: str) -> int:
+    """/sys/class/net/IF/type holds the ARPHRD_* number of the device."""
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ConfigError(f"cannot read the device type of interface {interface!r}") from None
+
+
+def interface_hardware_type(interface: str) -> int:
+    """Raises ConfigError when there is no such interface."""
+    if not interface or "/" in interface or interface in (".", ".."):
+        raise ConfigError(f"{interface!r} is not a network interface name")
+    try:
+        text = Path(f"/sys/class/net/{interface}/type").read_text()
+    except FileNotFoundError:
+        raise ConfigError(
+            f"there is no network interface named {interface!r}; `ip link` lists them"
+        ) from None
+    return parse_hardware_type(text, interface)
+
+
+def open_capture_socket(interface: str) -> tuple[socket.socket, int]:
+    """A bound AF_PACKET socket and the link type of what it reads. Ethernet and loopback
+    devices give whole Ethernet frames; others (tun, GRE, ...) give IP packets (raw IP)."""
+    hardware = interface_hardware_type(interface)
+    ethernet = hardware in (ARPHRD_ETHER, ARPHRD_LOOPBACK)
+    kind = socket.SOCK_RAW if ethernet else socket.SOCK_DGRAM
+    try:
+        # Protocol 0 receives nothing until bind names the interface, so no frame of another
+        # interface slips in between socket() and bind().
+        sock = socket.socket(socket.AF_PACKET, kind, 0)
+    except PermissionError:
+        raise FeatureUnavailable(
+            "capturing packets needs root (CAP_NET_RAW): run `zerotrace capture` with sudo"
+        ) from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
+        except PermissionError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
+        sock.bind((interface, ETH_P_ALL))
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.ENODEV, errno.ENXIO):
+            raise ConfigError(
+                f"there is no network interface named {interface!r}; `ip link` lists them"
+            ) from None
+        raise FeatureUnavailable(f"cannot capture on {interface!r}: {exc.strerror}") from None
+    return sock, LINKTYPE_ETHERNET if ethernet else LINKTYPE_RAW
+
+
+def port_matches(packet: CapturedPacket, port: int | None) -> bool:
+    """True when there is no port filter, or the frame is TCP from or to that port."""
+    if port is None:
+        return True
+    decoded = decode_tcp(packet)
+    return isinstance(decoded, TcpPacket) and port in (decoded.src_port, decoded.dst_port)
+
+
+def live_packets(
+    interface: str,
+    should_stop: Callable[[], bool],
+    snaplen: int = DEFAULT_SNAPLEN,
+    port: int | None = None,
+    stats: CaptureStats | None = None,
+) -> Iterator[CapturedPacket]:
+    """Frames of `interface` as they come, until should_stop() returns True (checked at least
+    every POLL_S seconds). Opens the socket at once, so ConfigError or FeatureUnavailable is
+    raised here, not at the first frame; the socket closes when the iterator ends or is closed."""
+    sock, linktype = open_capture_socket(interface)
+    if stats is None:
+        stats = CaptureStats(interface, linktype)
+    stats.linktype = linktype
+    return _frames(sock, linktype, should_stop, snaplen, port, stats)
+
+
+def _frames(
+    sock: socket.socket,
+    linktype: int,
+    should_stop: Callable[[], bool],
+    snaplen: int,
+    port: int | None,
+    stats: CaptureStats,
+) -> Iterator[CapturedPacket]:
+    buf = bytearray(snaplen)
+    with sock:
+        sock.settimeout(POLL_S)
+        while not should_stop():
+            try:
+                n, ancdata, _flags, addr = sock.recvmsg_into(
+                    [buf], socket.CMSG_SPACE(_TIMESPEC.size), socket.MSG_TRUNC
+                )
+            except TimeoutError:
+                stats.kernel_drops += _drops(sock)
+                continue
+            stats.received += 1
+            _ifname, protocol, pkttype, hardware = addr[:4]
+            if hardware == ARPHRD_LOOPBACK and pkttype == PACKET_OUTGOING:
+                stats.loopback_copies += 1
+                continue
+            if linktype == LINKTYPE_RAW and protocol not in (ETH_P_IP, ETH_P_IPV6):
+                stats.filtered_out += 1
+                continue
+            stats.truncated += n > snaplen
+            data = bytes(buf[: min(n, snaplen)])
+            packet = CapturedPacket(_timestamp_ns(ancdata), linktype, data, n)
+            if not port_matches(packet, port):
+                stats.filtered_out += 1
+                continue
+            stats.kept += 1
+            yield packet
+        stats.kernel_drops += _drops(sock)
+
+
+def _drops(sock: socket.socket) -> int:
+    _packets, drops = struct.unpack("II", sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+    return int(drops)
+
+
+def capture(
+    interface: str,
+    seconds: float | None = None,
+    stop_event: threading.Event | None = None,
+    pcap_path: str | Path | None = None,
+    port: int | None = None,
+    snaplen: int = DEFAULT_SNAPLEN,
+    on_packet: Callable[[CapturedPacket], None] | None = None,
+) -> CaptureStats:
+    """Capture on `interface` until `seconds` have passed or `stop_event` is set (or Ctrl-C),
+    writing a nanosecond pcap to pcap_path and/or calling on_packet for each frame kept.
+    Raises ConfigError (no such interface, no stop condition) or FeatureUnavailable (not
+    root), each with one line, before any file is created."""
+    if seconds is None and stop_event is None:
+        raise ConfigError("capture needs a duration or a stop event")
+    deadline = None if seconds is None else time.monotonic() + seconds
+
+    def should_stop() -> bool:
+        if stop_event is not None and stop_event.is_set():
+            return True
+        return deadline is not None and time.monotonic() >= deadline
+
+    stats = CaptureStats(interface, LINKTYPE_ETHERNET)
+    frames = live_packets(interface, should_stop, snaplen, port, stats)
+    with contextlib.ExitStack() as stack:
+        stack.callback(getattr(frames, "close", lambda: None))
+        writer = None
+        if pcap_path is not None:
+            writer = PcapWriter(stack.enter_context(open(pcap_path, "wb")), stats.linktype, snaplen)
+        with contextlib.suppress(KeyboardInterrupt):
+            for packet in frames:
+                if writer is not None:
+                    writer.write(packet)
+                if on_packet is not None:
+                    on_packet(packet)
+    return stats
+
+
+def _timestamp_ns(ancdata: list[tuple[int, int, bytes]]) -> int:
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            return int(sec) * 1_000_000_000 + int(nsec)
+    return time.time_ns()  # the kernel always sends one once SO_TIMESTAMPNS is set

@@ -1,0 +1,177 @@
+"""One direction of a TCP connection (pure): sequence numbers -> stream offsets -> bytes in order.
+
+Offsets are unbounded integers counted from the first byte after the SYN (or from the anchor
+chosen when the SYN was not captured), so sequence-number wraparound is handled once, in
+`offset`, and a stream may carry more than 4 GiB. Overlapping copies of the same bytes keep the
+first copy (what the receiving kernel also does for data it has already queued) and count the
+bytes that differ.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+SEQ_MOD = 1 << 32
+HALF = 1 << 31
+
+
+def seq_diff(a: int, b: int) -> int:
+    """a - b in sequence space: the signed distance, in (-2**31, 2**31]."""
+    d = (a - b) % SEQ_MOD
+    return d - SEQ_MOD if d >= HALF else d
+
+
+@dataclass(slots=True)
+class Insert:
+    new_bytes: int = 0
+    dup_bytes: int = 0  # bytes already delivered or buffered (retransmission, overlap)
+    conflict_bytes: int = 0  # duplicated bytes whose value differs from the first copy
+    ahead: bool = False  # new bytes landed beyond a hole: the segment came out of order
+
+
+@dataclass(slots=True)
+class Stream:
+    base: int | None = None  # sequence number of offset 0; None until anchored
+    next_off: int = 0  # the next offset to deliver
+    segments: list[tuple[int, bytes]] = field(default_factory=list)  # sorted, disjoint
+    buffered: int = 0  # bytes in segments
+    pending: list[tuple[int, bytes]] = field(default_factory=list)  # (seq, data) before anchoring
+    pending_bytes: int = 0
+    pending_fin_seq: int | None = None
+    pending_since: tuple[int, int] | None = None  # (flow packet number, ts_ns)
+    confirmed: int = 0  # the peer acknowledged (or a FIN closed) everything below this offset
+    confirmed_since: tuple[int, int] | None = None  # when a hole below `confirmed` was seen
+    fin_off: int | None = None
+
+    @property
+    def anchored(self) -> bool:
+        return self.base is not None
+
+    @property
+    def held(self) -> int:
+        return self.buffered + self.pending_bytes
+
+    @property
+    def held_segments(self) -> int:
+        return len(self.segments) + len(self.pending)
+
+    @property
+    def finished(self) -> bool:
+        return self.fin_off is not None and self.next_off >= self.fin_off
+
+    def offset(self, seq: int) -> int:
+        """The offset of seq: the one nearest the delivery point (wraparound)."""
+        assert self.base is not None
+        return self.next_off + seq_diff(seq, self.base + self.next_off)
+
+    def seq_at(self, off: int) -> int:
+        assert self.base is not None
+        return (self.base + off) % SEQ_MOD
+
+    def hold(self, seq: int, data: bytes, since: tuple[int, int]) -> None:
+        """Keep a segment until the stream is anchored (its first sequence number known)."""
+        if data:
+            self.pending.append((seq, data))
+            self.pending_bytes += len(data)
+            if self.pending_since is None:
+                self.pending_since = since
+
+    def earliest_pending_seq(self) -> int:
+        first = self.pending[0][0]
+        return first + min(seq_diff(seq, first) for seq, _ in self.pending)
+
+    def anchor(self, base: int) -> Insert:
+        """Fix offset 0 at sequence number base and file the held segments."""
+        self.base = base
+        total = Insert()
+        for seq, data in self.pending:
+            one = self.insert(self.offset(seq), data)
+            total.new_bytes += one.new_bytes
+            total.dup_bytes += one.dup_bytes
+            total.conflict_bytes += one.conflict_bytes
+        if self.pending_fin_seq is not None:
+            self.set_fin(self.offset(self.pending_fin_seq))
+        self.pending, self.pending_bytes, self.pending_since = [], 0, None
+        self.pending_fin_seq = None
+        return total
+
+    def insert(self, off: int, data: bytes) -> Insert:
+        result = Insert()
+        if self.fin_off is not None and off + len(data) > self.fin_off:
+            data = data[: max(0, self.fin_off - off)]  # nothing is sent after a FIN
+        end = off + len(data)
+        if off < self.next_off:
+            skipped = min(end, self.next_off) - off
+            result.dup_bytes += skipped
+            data, off = data[skipped:], off + skipped
+        if off >= end:
+            return result
+        i = max(0, bisect.bisect_right(self.segments, off, key=lambda s: s[0]) - 1)
+        cursor = off
+        fresh: list[tuple[int, bytes]] = []
+        while i < len(self.segments) and self.segments[i][0] < end:
+            start, old = self.segments[i]
+            old_end = start + len(old)
+            if old_end > cursor:
+                if start > cursor:
+                    fresh.append((cursor, data[cursor - off : start - off]))
+                lo, hi = max(start, cursor), min(old_end, end)
+                mine, theirs = data[lo - off : hi - off], old[lo - start : hi - start]
+                result.dup_bytes += hi - lo
+                if mine != theirs:
+                    result.conflict_bytes += sum(a != b for a, b in zip(mine, theirs, strict=True))
+                cursor = max(cursor, old_end)
+            i += 1
+        if cursor < end:
+            fresh.append((cursor, data[cursor - off :]))
+        for piece in fresh:
+            bisect.insort(self.segments, piece, key=lambda s: s[0])
+            result.new_bytes += len(piece[1])
+        self.buffered += result.new_bytes
+        result.ahead = bool(fresh) and fresh[0][0] > self.next_off
+        return result
+
+    def take(self) -> tuple[int, bytes] | None:
+        """The bytes now contiguous at the delivery point, as one piece, or None."""
+        start = self.next_off
+        parts = []
+        while self.segments and self.segments[0][0] == self.next_off:
+            _, data = self.segments.pop(0)
+            parts.append(data)
+            self.next_off += len(data)
+        if not parts:
+            return None
+        data = b"".join(parts)
+        self.buffered -= len(data)
+        return start, data
+
+    def first_buffered(self) -> int | None:
+        return self.segments[0][0] if self.segments else None
+
+    def skip_to(self, off: int) -> int:
+        """Give up on the bytes before off (a gap); returns how many were skipped."""
+        gap = off - self.next_off
+        self.next_off = off
+        while self.segments and self.segments[0][0] < off:
+            start, data = self.segments.pop(0)
+            self.buffered -= len(data)
+            if start + len(data) > off:
+                rest = data[off - start :]
+                self.segments.insert(0, (off, rest))
+                self.buffered += len(rest)
+        return gap
+
+    def set_fin(self, off: int) -> None:
+        """The FIN sits at off. It takes a sequence number of its own, so an ACK of it points
+        one past the last byte: acknowledged offsets are capped at the FIN."""
+        self.fin_off = off
+        self.confirmed = min(self.confirmed, off)
+
+    def confirm(self, off: int, since: tuple[int, int]) -> None:
+        if self.fin_off is not None:
+            off = min(off, self.fin_off)
+        if off > self.confirmed:
+            self.confirmed = off
+        if self.confirmed > self.next_off and self.confirmed_since is None:
+            self.confirmed_since = since
