@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -13,31 +14,47 @@ from typing import Any
 from zerotrace import names, settings
 from zerotrace.bus_memory import InMemoryBroker
 from zerotrace.cli.common import BPF_DIR, StopFlag, embedded_store_path, probe_text, say, span_line
+from zerotrace.cli.llm_view import render_llm_view
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
 from zerotrace.errors import FeatureUnavailable
 from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir
 
+LIVE_REFRESH_S = 1.0
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "run",
         help="observe this machine or one command, all in one process (the default mode)",
-        description="Attach the probes, derive spans and serve them, all in this process: no "
-        "Kafka, no OpenSearch. Prints a line per derived record (unless --quiet) and a summary "
-        "at the end. Needs root for eBPF. Results stay in $ZEROTRACE_HOME/embedded.duckdb.",
-        epilog="examples:\n  zerotrace run --duration 10\n  zerotrace run -- python3 train.py",
+        description="Attach the probes (file opens, TCP sockets, TLS plaintext), derive spans "
+        "and LLM request metrics (TTFT, TPOT, tokens/s) and serve them, all in this process: "
+        "no Kafka, no OpenSearch. On a terminal it shows the LLM requests live; otherwise it "
+        "prints a line per derived record. A summary comes at the end. Needs root for eBPF. "
+        "Results stay in $ZEROTRACE_HOME/embedded.duckdb; the web page is at the HTTP port.",
+        epilog="examples:\n  zerotrace run --duration 10\n  zerotrace run -- python3 serve.py\n"
+        "  zerotrace run --port 8000      # only traffic to or from port 8000",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--duration", type=float, default=0, help="stop after this many seconds")
-    p.add_argument("--pid", type=int, default=0, help="observe only this process id")
-    p.add_argument("--http-port", type=int, default=8080, help="HTTP API port on 127.0.0.1")
+    p.add_argument("--pid", type=int, default=0, help="observe only this process (and children)")
+    p.add_argument(
+        "--port",
+        type=int,
+        action="append",
+        default=[],
+        help="only TCP traffic on this port (repeatable)",
+    )
+    p.add_argument("--no-files", action="store_true", help="do not trace file opens")
+    p.add_argument("--no-tls", action="store_true", help="do not attach the TLS uprobes")
+    p.add_argument("--http-port", type=int, default=8080, help="HTTP API and web page port")
     p.add_argument("--grpc-port", type=int, default=50051, help="gRPC API port on 127.0.0.1")
     p.add_argument(
         "--store", type=Path, help="DuckDB file (default $ZEROTRACE_HOME/embedded.duckdb)"
     )
     p.add_argument("--quiet", action="store_true", help="no line per record, only the summary")
+    p.add_argument("--lines", action="store_true", help="a line per record even on a terminal")
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS]: run and observe it"
@@ -52,18 +69,26 @@ def run(args: argparse.Namespace) -> int:
         monotonic_to_epoch_offset_ns,
         require_root,
     )
-    from zerotrace_collector.feeds import FileOpenFeed
+    from zerotrace_collector.feeds import FileOpenFeed, SocketFeed
     from zerotrace_collector.probes.fileio import FileOpenProbe, ProbeUnavailable
+    from zerotrace_collector.probes.socket import SocketProbe
+    from zerotrace_collector.probes.tls import find_libssl
     from zerotrace_collector.process_family import ProcessFamily
     from zerotrace_correlator.pipeline import INPUT_TOPICS, CorrelatorStep
     from zerotrace_query.grpc_api import GrpcApi
     from zerotrace_query.http_api import HttpApi
     from zerotrace_query.indexer import Indexer
 
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    follow = bool(command or args.pid)
+    libssl = None if args.no_tls else find_libssl()
+    socket_probe = SocketProbe(
+        BPF_DIR, follow=follow, ports=args.port, tls=not args.no_tls, libssl=libssl
+    )
     if args.ebpf:
         print(probe_text(args.pid))
+        print(socket_probe.program_text())
         return 0
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
     common = settings.load(settings.CommonSettings)
     require_root()
     clock = SystemClock()
@@ -71,36 +96,43 @@ def run(args: argparse.Namespace) -> int:
     broker.ensure_topics()
     codec = AvroCodec(load_schema_dir(), InMemorySchemaRegistry())
     store = DuckDBStore(str(args.store or embedded_store_path(common.home)))
-    feed = FileOpenFeed(
-        FileOpenProbe(BPF_DIR, pid_filter=args.pid), common.node_id, monotonic_to_epoch_offset_ns()
-    )
-    say("compiling and attaching the eBPF file-open probe")
+    offset = monotonic_to_epoch_offset_ns()
+    feeds: list[Any] = [SocketFeed(socket_probe, common.node_id, offset)]
+    if not args.no_files:
+        feeds.append(
+            FileOpenFeed(FileOpenProbe(BPF_DIR, pid_filter=args.pid), common.node_id, offset)
+        )
+    say("compiling and attaching the eBPF probes (socket, TLS, file open)")
     try:
-        feed.attach()
+        for feed in feeds:
+            feed.attach()
     except ProbeUnavailable as exc:
         raise FeatureUnavailable(str(exc)) from None
+    for note in socket_probe.notes:
+        say(note)
     stop = StopFlag()
     child: subprocess.Popen[bytes] | None = None
     if command:
         child = subprocess.Popen(command)
-        say(f"observing `{' '.join(command)}` (pid {child.pid})")
-    family = ProcessFamily(child.pid) if child else None
+        say(f"observing `{' '.join(command)}` (pid {child.pid}) and its children")
+    root = child.pid if child else args.pid
+    if root:
+        socket_probe.follow_pid(root)
+    family = ProcessFamily(root) if root else None
     collector = Collector(
-        [feed],
-        broker.producer(),
-        codec,
-        keep=(lambda r: family.contains(r.pid)) if family else None,
+        feeds, broker.producer(), codec, keep=(lambda r: family.contains(r.pid)) if family else None
     )
     step = CorrelatorStep(codec, clock)
     correlator_in = broker.consumer(names.GROUP_CORRELATOR)
     correlator_in.subscribe(INPUT_TOPICS)
     correlator_out = broker.producer()
     summary = Summary()
+    live = sys.stdout.isatty() and not args.lines and not args.quiet
 
-    def on_document(_index: str, doc: dict[str, Any]) -> None:
-        summary.add(doc)
-        if not args.quiet:
-            print(span_line(doc), flush=True)
+    def on_document(index: str, doc: dict[str, Any]) -> None:
+        summary.add(index, doc)
+        if not args.quiet and not live:
+            print(llm_line(doc) if index == names.INDEX_LLM else span_line(doc), flush=True)
 
     indexer = Indexer(
         broker.consumer(names.GROUP_QUERY_INDEXER),
@@ -110,60 +142,109 @@ def run(args: argparse.Namespace) -> int:
         clock,
         on_document=on_document,
     )
-    http = HttpApi(store, port=args.http_port).start()
+    http = HttpApi(store, host="127.0.0.1", port=args.http_port).start()
     grpc = GrpcApi(store, port=args.grpc_port).start()
-    say(f"serving spans at {http.url}/api/v1/spans and gRPC {grpc.address}; Ctrl-C stops")
-    started = time.monotonic()
+    say(
+        f"web page {http.url}/  API {http.url}/api/v1/llm/requests  gRPC {grpc.address};"
+        " Ctrl-C stops"
+    )
+    started = last_draw = time.monotonic()
     exit_code = 0
     drain_until: float | None = None
+
+    def correlate() -> None:
+        while (message := correlator_in.poll(0)) is not None:
+            for out in step.process(message):
+                correlator_out.produce(out.topic, out.key, out.value)
+            correlator_in.commit(message)
+
     try:
         while not stop:
-            collector.pump(100)
-            while (message := correlator_in.poll(0)) is not None:
-                for out in step.process(message):
-                    correlator_out.produce(out.topic, out.key, out.value)
-                correlator_in.commit(message)
+            collector.pump(50)
+            correlate()
             indexer.run_once(0)
             now = time.monotonic()
+            if live and now - last_draw >= LIVE_REFRESH_S:
+                last_draw = now
+                draw_live(summary, now - started)
             if drain_until is not None and now >= drain_until:
                 break
             if child is not None and drain_until is None and child.poll() is not None:
                 exit_code = child.returncode
-                drain_until = now + 0.5  # the last events are still in the ring buffer
+                drain_until = now + 0.5  # the last events are still in the ring buffers
             if args.duration and now - started >= args.duration and drain_until is None:
                 drain_until = now + 0.2
+        # End of observation: exchanges still open are reported (as aborted, with a reason).
+        for out in step.flush():
+            correlator_out.produce(out.topic, out.key, out.value)
+        indexer.run_once(0)
     finally:
-        feed.close()
+        for feed in feeds:
+            feed.close()
         http.stop()
         grpc.stop()
         store.close()
         if child is not None and child.poll() is None:
             child.terminate()
-    for line in summary.lines(step.counters.dead_letters + indexer.dead_letters):
+    counters = collector.counters()
+    for line in summary.lines(step.counters.dead_letters + indexer.dead_letters, counters):
         print(line)
     return exit_code
+
+
+def llm_line(doc: dict[str, Any]) -> str:
+    def ms(key: str) -> str:
+        value = doc.get(key)
+        return "-" if value is None else f"{value / 1e6:.1f}ms"
+
+    tokens = doc.get("output_tokens")
+    mark = "~" if doc.get("output_tokens_estimated") else ""
+    outcome = doc.get("error") or doc.get("finish_reason") or ""
+    return (
+        f"LLM {doc['service']} {doc['model']} {doc['endpoint']} "
+        f"{'stream' if doc['stream'] else 'no-stream'} ttft={ms('ttft_ns')} "
+        f"tpot={ms('tpot_ns')} tokens={mark}{tokens} {outcome}"
+    )
+
+
+def draw_live(summary: Summary, elapsed_s: float) -> None:
+    sys.stdout.write("\x1b[H\x1b[2J")  # home and clear: redraw in place
+    sys.stdout.write(
+        f"zerotrace run  {elapsed_s:.0f}s  {summary.spans} spans  "
+        f"{len(summary.llm)} LLM requests\n\n"
+    )
+    sys.stdout.write(render_llm_view(summary.llm, rows=20) + "\n")
+    sys.stdout.flush()
 
 
 class Summary:
     def __init__(self) -> None:
         self.spans = 0
         self.errors = 0
+        self.by_kind: Counter[str] = Counter()
         self.by_process: Counter[str] = Counter()
-        self.by_path: Counter[str] = Counter()
+        self.llm: list[dict[str, Any]] = []
 
-    def add(self, doc: dict[str, Any]) -> None:
+    def add(self, index: str, doc: dict[str, Any]) -> None:
+        if index == names.INDEX_LLM:
+            self.llm.append(doc)
+            return
         self.spans += 1
         self.errors += doc["status"] == "ERROR"
+        self.by_kind[doc["kind"]] += 1
         self.by_process[doc["process_name"]] += 1
-        self.by_path[(doc.get("attributes") or {}).get(names.ATTR_FILE_PATH, "?")] += 1
 
-    def lines(self, dead_letters: int) -> list[str]:
+    def lines(self, dead_letters: int, counters: dict[str, int]) -> list[str]:
+        kinds = ", ".join(f"{kind} {n}" for kind, n in self.by_kind.most_common())
         out = [
-            f"summary: {self.spans} file-open spans ({self.errors} failed), "
-            f"{dead_letters} dead letters"
+            f"summary: {self.spans} spans ({kinds or 'none'}; {self.errors} failed), "
+            f"{len(self.llm)} LLM requests, {dead_letters} dead letters"
         ]
         for name, count in self.by_process.most_common(5):
-            out.append(f"  process {name}: {count}")
-        for path, count in self.by_path.most_common(5):
-            out.append(f"  path {path}: {count}")
+            out.append(f"  process {name}: {count} spans")
+        losses = {k: v for k, v in counters.items() if v and k != "published"}
+        if losses:
+            out.append("  counted: " + ", ".join(f"{k} {v}" for k, v in sorted(losses.items())))
+        if self.llm:
+            out += ["", render_llm_view(self.llm, rows=20)]
         return out

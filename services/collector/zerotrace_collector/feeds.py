@@ -13,7 +13,10 @@ from typing import Any, Protocol
 from zerotrace import names
 from zerotrace_collector.cgroup import container_id_of
 from zerotrace_collector.probes.fileio import FileOpenProbe
+from zerotrace_collector.probes.socket import SocketProbe
+from zerotrace_collector.probes.socket_decode import SocketDataSample
 from zerotrace_collector.records import file_open_record
+from zerotrace_collector.socket_records import conn_event_record, socket_data_record
 
 
 @dataclass(frozen=True)
@@ -73,3 +76,57 @@ class FileOpenFeed:
 
     def close(self) -> None:
         self._probe.close()
+
+
+class SocketFeed:
+    """TCP socket data and connection events (syscalls, and TLS plaintext via libssl)."""
+
+    name = "socket"
+
+    def __init__(self, probe: SocketProbe, node_id: str, mono_to_epoch_ns: int) -> None:
+        self.probe = probe
+        self._node_id = node_id
+        self._offset_ns = mono_to_epoch_ns
+        self._containers: dict[int, str | None] = {}
+
+    def attach(self) -> None:
+        self.probe.attach()
+
+    def _container(self, pid: int) -> str | None:
+        if pid not in self._containers:
+            if len(self._containers) > 65_536:
+                self._containers.clear()  # bound the cache; ids are cheap to read again
+            self._containers[pid] = container_id_of(pid)
+        return self._containers[pid]
+
+    def poll(self, timeout_ms: int) -> list[RawRecord]:
+        out = []
+        for sample in self.probe.poll(timeout_ms):
+            endpoints = self.probe.endpoints(sample)
+            container = self._container(sample.pid)
+            if isinstance(sample, SocketDataSample):
+                datum = socket_data_record(
+                    sample, self._node_id, self._offset_ns, container, endpoints
+                )
+                topic, record = names.RAW_SOCKET, names.RAW_SOCKET.record
+            else:
+                datum = conn_event_record(
+                    sample, self._node_id, self._offset_ns, container, endpoints
+                )
+                topic, record = names.RAW_CONN, names.RAW_CONN.record
+            # Keyed by connection: every event of a conversation meets on one partition.
+            out.append(RawRecord(topic.name, str(datum["conn_id"]).encode(), record, datum))
+        return out
+
+    def counters(self) -> dict[str, int]:
+        p = self.probe
+        return {
+            "lost": p.lost,
+            "malformed": p.malformed,
+            "truncated": p.truncated,
+            "ciphertext_dropped": p.ciphertext_dropped,
+            "filtered": p.filtered,
+        }
+
+    def close(self) -> None:
+        self.probe.close()

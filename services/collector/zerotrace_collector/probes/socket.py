@@ -121,6 +121,7 @@ class SocketProbe:
         keep_ciphertext: bool = False,
         seed_from_proc: bool = True,
         proc_net: ProcNet | None = None,
+        follow: bool = False,
     ) -> None:
         if pid_filter < 0 or cgroup_id < 0:
             raise ValueError("pid_filter and cgroup_id must be >= 0")
@@ -142,6 +143,9 @@ class SocketProbe:
         self.libssl = libssl
         self.keep_ciphertext = keep_ciphertext
         self.seed_from_proc = seed_from_proc
+        # follow=True: trace only the processes given to follow_pid() and what they fork.
+        self.follow = follow
+        self._followed: set[int] = set()
         self.proc = proc_net if proc_net is not None else ProcNet()
         self.tls_active = False
         self.notes: list[str] = []
@@ -172,6 +176,7 @@ class SocketProbe:
         flags = [
             f"-I{self.bpf_dir}",
             f"-DZT_FILTER_PID={self.pid_filter}",
+            f"-DZT_FOLLOW={int(self.follow)}",
             f"-DZT_SELF_PID={self.self_pid}",
             f"-DZT_FILTER_CGROUP={self.cgroup_id}",
             f"-DZT_PAYLOAD_MAX={self.payload_max}",
@@ -302,6 +307,8 @@ class SocketProbe:
     def _pid_wanted(self, pid: int) -> bool:
         if pid == self.self_pid or (self.pid_filter and pid != self.pid_filter):
             return False
+        if self.follow and pid not in self._followed:
+            return False
         if self.comm_prefix:
             try:
                 comm = Path(f"/proc/{pid}/comm").read_text().rstrip("\n")
@@ -310,6 +317,17 @@ class SocketProbe:
             if not comm.startswith(self.comm_prefix):
                 return False
         return not (self.cgroup_id and _cgroup2_id(pid) != self.cgroup_id)
+
+    def follow_pid(self, pid: int) -> None:
+        """Trace `pid` and, from now on, every process it forks (needs follow=True). Its
+        TCP sockets that exist already are tracked from /proc."""
+        if self._bpf is None or not self.follow:
+            raise RuntimeError("follow_pid() needs follow=True and attach() first")
+        table = self._bpf["zt_follow"]
+        table[table.Key(pid)] = table.Leaf(1)
+        self._followed.add(pid)
+        if self.seed_from_proc:
+            self._seed([pid])
 
     def track(self, pid: int, fd: int, family: int = 0) -> int:
         """Start tracking (pid, fd) -- a connection opened before attach. Returns its
@@ -330,9 +348,9 @@ class SocketProbe:
         with contextlib.suppress(KeyError):
             del table[table.Key(pid=pid, fd=fd)]
 
-    def _seed(self) -> None:
+    def _seed(self, only: list[int] | None = None) -> None:
         """Track the established TCP sockets and note the TCP listeners that exist now."""
-        pids = (
+        pids = only or (
             [self.pid_filter]
             if self.pid_filter
             else [int(name) for name in os.listdir("/proc") if name.isdigit()]

@@ -1,0 +1,160 @@
+"""Finished HTTP exchanges as derived records: a derived.span for every exchange and a
+derived.llm for every OpenAI-compatible one. Pure.
+
+Ids are deterministic (conn_id, the exchange's index on the connection, its start), so a
+replay of the same raw events yields the same ids; the LLM record's id is its span's id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zerotrace import names
+from zerotrace_correlator.conversation import CLIENT, NETWORK, SERVER, Exchange
+from zerotrace_correlator.fileio_spans import stable_id
+from zerotrace_correlator.llm_metrics import ContentTimeline, compute_timings
+
+# Attribute keys OpenTelemetry names but zerotrace.names does not have yet (kept here until
+# they move there), and zerotrace's own.
+ATTR_PROTOCOL_VERSION = "network.protocol.version"
+ATTR_REQUEST_BODY_SIZE = "http.request.body.size"
+ATTR_RESPONSE_BODY_SIZE = "http.response.body.size"
+ATTR_GEN_AI_OPERATION = "gen_ai.operation.name"
+ATTR_GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+ATTR_GEN_AI_FINISH_REASONS = "gen_ai.response.finish_reasons"
+ATTR_OBSERVATION_POINT = "zerotrace.observation_point"
+ATTR_SOURCE_EVENTS = "zerotrace.source_events"  # raw events in all; the id list is capped
+ATTR_ERROR_MESSAGE = "zerotrace.error"
+ATTR_CAPTURE_GAP = "zerotrace.capture.truncated"
+
+UNKNOWN_MODEL = "unknown"
+# A packet capture sees both ends; spans from it are filed as client spans (the convention
+# that EGRESS packets go client->server makes the capture point the client's side).
+_KIND = {
+    CLIENT: names.SPAN_KIND_HTTP_CLIENT,
+    SERVER: names.SPAN_KIND_HTTP_SERVER,
+    NETWORK: names.SPAN_KIND_HTTP_CLIENT,
+}
+
+
+def exchange_span_id(ex: Exchange) -> str:
+    return stable_id("http", ex.conn_id, str(ex.index), str(ex.start_ns), length=8)
+
+
+def http_span(ex: Exchange) -> dict[str, Any]:
+    origin = ex.origin
+    request, response, llm = ex.request, ex.response, ex.llm
+    path = request.target.split("?", 1)[0]
+    local = (str(origin.get("local_addr", "")), str(origin.get("local_port", "")))
+    remote = (str(origin.get("remote_addr", "")), str(origin.get("remote_port", "")))
+    client, server = (local, remote) if ex.requests_sent_locally else (remote, local)
+    attributes = {
+        names.ATTR_HTTP_METHOD: request.method,
+        names.ATTR_URL_PATH: path,
+        names.ATTR_SERVER_ADDRESS: server[0],
+        names.ATTR_SERVER_PORT: server[1],
+        names.ATTR_CLIENT_ADDRESS: client[0],
+        names.ATTR_CLIENT_PORT: client[1],
+        names.ATTR_PROCESS_PID: str(origin.get("pid", "")),
+        names.ATTR_THREAD_ID: str(origin.get("tid", "")),
+        names.ATTR_PROCESS_NAME: str(origin.get("process_name", "")),
+        ATTR_PROTOCOL_VERSION: request.version,
+        ATTR_REQUEST_BODY_SIZE: str(ex.request_body_bytes),
+        ATTR_OBSERVATION_POINT: ex.observation_point,
+        ATTR_SOURCE_EVENTS: str(ex.source_events),
+    }
+    error = (llm.error if llm is not None else None) or ex.error
+    # A capture gap leaves the exchange fine and only our view of it short: not a failure.
+    failed = ex.error is not None or (llm is not None and llm.failed)
+    if ex.gap:
+        attributes[ATTR_CAPTURE_GAP] = "true"
+    if response is not None:
+        attributes[names.ATTR_HTTP_STATUS] = str(response.status)
+        attributes[ATTR_RESPONSE_BODY_SIZE] = str(ex.response_body_bytes)
+        # OpenTelemetry HTTP conventions: 4xx fails a client span, only 5xx a server span.
+        threshold = 500 if ex.observation_point == SERVER else 400
+        if response.status >= threshold:
+            failed = True
+            attributes[names.ATTR_ERROR_TYPE] = str(response.status)
+    if error is not None:
+        attributes.setdefault(names.ATTR_ERROR_TYPE, error.split(":", 1)[0])
+        attributes[ATTR_ERROR_MESSAGE] = error
+    if ex.endpoint is not None:
+        attributes[ATTR_GEN_AI_OPERATION] = ex.endpoint
+        model = ex.request_info.model if ex.request_info is not None else None
+        if model:
+            attributes[names.ATTR_GEN_AI_REQUEST_MODEL] = model
+        if llm is not None:
+            if llm.model:
+                attributes[ATTR_GEN_AI_RESPONSE_MODEL] = llm.model
+            if llm.input_tokens is not None:
+                attributes[names.ATTR_GEN_AI_INPUT_TOKENS] = str(llm.input_tokens)
+            if llm.output_tokens is not None:
+                attributes[names.ATTR_GEN_AI_OUTPUT_TOKENS] = str(llm.output_tokens)
+            if llm.finish_reason:
+                attributes[ATTR_GEN_AI_FINISH_REASONS] = llm.finish_reason
+    span_id = exchange_span_id(ex)
+    return {
+        "span_id": span_id,
+        "trace_id": stable_id("trace", ex.conn_id, str(ex.index), str(ex.start_ns), length=16),
+        "parent_span_id": None,
+        "node_id": str(origin.get("node_id", "")),
+        "pid": int(origin.get("pid", 0)),
+        "tid": int(origin.get("tid", 0)),
+        "process_name": str(origin.get("process_name", "")),
+        "container_id": origin.get("container_id"),
+        "service": str(origin.get("process_name", "")),
+        "kind": _KIND[ex.observation_point],
+        "name": f"{request.method} {path}",
+        "start_ns": ex.start_ns,
+        "end_ns": ex.end_ns,
+        "status": "ERROR" if failed else "OK",
+        "attributes": attributes,
+        "source_event_ids": list(ex.source_event_ids),
+    }
+
+
+def llm_request(ex: Exchange) -> dict[str, Any] | None:
+    """The derived.llm record of an OpenAI-compatible exchange; None for any other."""
+    if ex.endpoint is None:
+        return None
+    info, llm, response = ex.request_info, ex.llm, ex.response
+    timings = compute_timings(
+        ex.start_ns,
+        None if response is None else response.start_ns,
+        ex.end_ns,
+        ContentTimeline() if llm is None else llm.timeline,
+        None if llm is None else llm.output_tokens,
+    )
+    model = (info.model if info else None) or (llm.model if llm else None) or UNKNOWN_MODEL
+    span_id = exchange_span_id(ex)
+    origin = ex.origin
+    return {
+        "request_id": span_id,
+        "span_id": span_id,
+        "node_id": str(origin.get("node_id", "")),
+        "service": str(origin.get("process_name", "")),
+        "observation_point": ex.observation_point,
+        "model": model,
+        "endpoint": ex.endpoint,
+        "stream": llm.stream if llm is not None else bool(info and info.stream),
+        "start_ns": ex.start_ns,
+        "end_ns": ex.end_ns,
+        "ttft_ns": timings.ttft_ns,
+        "tpot_ns": timings.tpot_ns,
+        "input_tokens": None if llm is None else llm.input_tokens,
+        "output_tokens": timings.output_tokens,
+        "output_tokens_estimated": timings.output_tokens_estimated,
+        "finish_reason": None if llm is None else llm.finish_reason,
+        "error": (llm.error if llm is not None else None) or ex.error,
+        "cached_tokens": None if llm is None else llm.cached_tokens,
+        "itl_p50_ns": timings.itl_p50_ns,
+        "itl_p99_ns": timings.itl_p99_ns,
+        "itl_max_ns": timings.itl_max_ns,
+        "tokens_per_s": timings.tokens_per_s,
+        "status_code": None if response is None else response.status,
+        "path": ex.request.target.split("?", 1)[0],
+        "pid": None if ex.observation_point == NETWORK else int(origin.get("pid", 0)),
+        "first_byte_ns": timings.first_byte_ns,
+        "content_events": timings.content_events,
+    }

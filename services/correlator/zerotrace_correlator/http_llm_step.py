@@ -1,0 +1,108 @@
+"""The HTTP/LLM correlation step: raw.socket and raw.conn records in, derived.span and
+derived.llm records out. Pure; time comes only from the records and from `advance`.
+
+Records of one connection must arrive in order (raw.socket and raw.conn are keyed by
+connection, so a partition keeps them in order). Each call returns (record full name, datum)
+pairs ready for the codec; the caller encodes and publishes them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from zerotrace import names
+from zerotrace_correlator import http_counters as c
+from zerotrace_correlator.conversation import Conversation, Exchange
+from zerotrace_correlator.exchange_records import http_span, llm_request
+
+# Connections tracked at once. An idle tracked connection costs about 3.5 KiB (measured with
+# tracemalloc), so the cap is about 230 MiB of idle state; a busy gateway holds tens of
+# thousands open. Past the cap the least recently active one is dropped (its exchanges in
+# flight are reported as aborted).
+MAX_CONNECTIONS = 65_536
+# A connection silent this long (in event time) is dropped, flushing what is in flight. LLM
+# streams go quiet while a reasoning model thinks, but servers close idle keep-alive
+# connections far sooner (uvicorn 5 s, nginx 75 s), so 5 minutes of silence means it is gone.
+IDLE_TIMEOUT_NS = 300 * 1_000_000_000
+
+Output = tuple[str, dict[str, Any]]
+
+
+class HttpLlmCorrelator:
+    def __init__(
+        self, max_connections: int = MAX_CONNECTIONS, idle_timeout_ns: int = IDLE_TIMEOUT_NS
+    ) -> None:
+        self.max_connections = max_connections
+        self.idle_timeout_ns = idle_timeout_ns
+        self.counters: Counter[str] = Counter()
+        # Least recently active first: eviction and idle scans start at the front.
+        self._conns: OrderedDict[str, Conversation] = OrderedDict()
+
+    @property
+    def connections(self) -> int:
+        """Connections tracked now (given-up ones included, until they close or idle out)."""
+        return len(self._conns)
+
+    def conversation(self, conn_id: str) -> Conversation | None:
+        return self._conns.get(conn_id)
+
+    def feed_socket(self, record: Mapping[str, Any]) -> list[Output]:
+        """One zerotrace.raw.SocketData datum."""
+        conn_id = str(record["conn_id"])
+        out: list[Output] = []
+        conv = self._conns.get(conn_id)
+        if conv is None:
+            while len(self._conns) >= self.max_connections:
+                _, oldest = self._conns.popitem(last=False)
+                self.counters[c.CONNS_EVICTED] += 1
+                out += _records(oldest.close("evicted: connection table full"))
+            conv = self._conns[conn_id] = Conversation(conn_id, self.counters)
+        else:
+            self._conns.move_to_end(conn_id)
+        return out + _records(conv.feed(record))
+
+    def feed_conn(self, record: Mapping[str, Any]) -> list[Output]:
+        """One zerotrace.raw.ConnEvent datum. CLOSE flushes the connection. CONNECT and
+        ACCEPT change nothing: a conversation starts with its first bytes, and conn_id holds
+        the socket cookie, so a reused fd is a new connection anyway (and raw.conn may be
+        read a little out of step with raw.socket, so they must not reset one)."""
+        if record["kind"] != "CLOSE":
+            return []
+        conv = self._conns.pop(str(record["conn_id"]), None)
+        if conv is None:
+            return []
+        self.counters[c.CONNS_CLOSED] += 1
+        return _records(conv.close("connection closed"))
+
+    def advance(self, now_ns: int) -> list[Output]:
+        """Event time has reached now_ns: drop connections idle for the idle timeout. Scans
+        from the least recently active and stops at the first live one."""
+        out: list[Output] = []
+        while self._conns:
+            conn_id, conv = next(iter(self._conns.items()))
+            if now_ns - conv.last_ns < self.idle_timeout_ns:
+                break
+            del self._conns[conn_id]
+            self.counters[c.CONNS_IDLE_TIMEOUT] += 1
+            out += _records(conv.close("idle timeout"))
+        return out
+
+    def flush(self, reason: str = "end of input") -> list[Output]:
+        """Closes every connection (end of a replay, shutdown)."""
+        out: list[Output] = []
+        while self._conns:
+            _, conv = self._conns.popitem(last=False)
+            out += _records(conv.close(reason))
+        return out
+
+
+def _records(exchanges: list[Exchange]) -> list[Output]:
+    out: list[Output] = []
+    for ex in exchanges:
+        out.append((names.DERIVED_SPAN.record, http_span(ex)))
+        llm = llm_request(ex)
+        if llm is not None:
+            out.append((names.DERIVED_LLM.record, llm))
+    return out

@@ -1,0 +1,74 @@
+"""Compare zerotrace's LLM records with the clients' own truth (tests/harness/llm_load.py).
+
+The tolerance is the issue's: 2 ms or 2 %, whichever is larger, for TTFT and TPOT at the
+client-side observation point; token counts exact."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+TOLERANCE_NS = 2_000_000
+TOLERANCE_RATIO = 0.02
+
+
+def within(measured: int, truth: float) -> bool:
+    return abs(measured - truth) <= max(TOLERANCE_NS, TOLERANCE_RATIO * abs(truth))
+
+
+def truth_ttft(t: Mapping[str, Any]) -> int:
+    return int(t["token_ns"][0] - t["sent_ns"])
+
+
+def truth_tpot(t: Mapping[str, Any]) -> float | None:
+    tokens = int(t["output_tokens"])
+    if not t["stream"] or tokens < 2 or len(t["token_ns"]) < 2:
+        return None
+    return (t["token_ns"][-1] - t["token_ns"][0]) / (tokens - 1)
+
+
+def compare(truths: Iterable[Mapping[str, Any]], records: Iterable[Mapping[str, Any]],
+            observation_point: str = "CLIENT") -> list[str]:
+    """Every disagreement, one line each; empty means every request matched."""
+    by_model: dict[str, list[Mapping[str, Any]]] = {}
+    for record in records:
+        if record.get("observation_point") == observation_point:
+            by_model.setdefault(str(record["model"]), []).append(record)
+    problems = []
+    for t in truths:
+        name = t["model"]
+        if t["error"]:
+            problems.append(f"{name}: the client itself failed: {t['error']}")
+            continue
+        found = by_model.get(name, [])
+        if len(found) != 1:
+            problems.append(f"{name}: {len(found)} records at {observation_point}, expected 1")
+            continue
+        r = found[0]
+        if r.get("error"):
+            problems.append(f"{name}: zerotrace says error {r['error']!r}")
+        if r.get("output_tokens") != t["output_tokens"]:
+            problems.append(f"{name}: tokens {r.get('output_tokens')} != {t['output_tokens']}")
+        ttft = truth_ttft(t)
+        if r.get("ttft_ns") is None or not within(int(r["ttft_ns"]), ttft):
+            problems.append(f"{name}: TTFT {r.get('ttft_ns')} vs truth {ttft}")
+        tpot = truth_tpot(t)
+        if tpot is not None and (r.get("tpot_ns") is None or not within(int(r["tpot_ns"]), tpot)):
+            problems.append(f"{name}: TPOT {r.get('tpot_ns')} vs truth {tpot:.0f}")
+    return problems
+
+
+def worst_errors(truths: Iterable[Mapping[str, Any]], records: Iterable[Mapping[str, Any]]
+                 ) -> dict[str, float]:
+    """Largest absolute TTFT and TPOT differences in ms, for reports."""
+    by_model = {str(r["model"]): r for r in records if r.get("observation_point") == "CLIENT"}
+    ttft = tpot = 0.0
+    for t in truths:
+        r = by_model.get(t["model"])
+        if r is None or t["error"] or r.get("ttft_ns") is None:
+            continue
+        ttft = max(ttft, abs(int(r["ttft_ns"]) - truth_ttft(t)) / 1e6)
+        truth = truth_tpot(t)
+        if truth is not None and r.get("tpot_ns") is not None:
+            tpot = max(tpot, abs(int(r["tpot_ns"]) - truth) / 1e6)
+    return {"ttft_ms": ttft, "tpot_ms": tpot}
