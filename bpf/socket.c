@@ -22,6 +22,9 @@
  *
  * Compile-time tunables (cflags):
  *   ZT_FILTER_PID       only track this tgid (0 = every process)
+ *   ZT_FOLLOW           1 = only track processes in zt_follow: the loader seeds a root
+ *                       pid, and every process forked by a followed one joins (so
+ *                       `zerotrace run -- CMD` sees CMD's workers and nothing else)
  *   ZT_SELF_PID         never track this tgid (the collector itself)
  *   ZT_FILTER_CGROUP    only track this cgroup v2 id (0 = any)
  *   ZT_FILTER_COMM      only track tasks whose comm starts with this string literal
@@ -156,9 +159,17 @@ static __always_inline void zt_stat_inc(int idx)
 		__sync_fetch_and_add(v, 1);
 }
 
+#ifndef ZT_FOLLOW
+#define ZT_FOLLOW 0
+#endif
+/* Followed processes (tgid -> 1); filled by the loader and by the fork tracepoint below. */
+BPF_HASH(zt_follow, u32, u8, 16384);
+
 static __always_inline int zt_pid_wanted(u32 tgid)
 {
 	if (ZT_FILTER_PID != 0 && tgid != (u32)ZT_FILTER_PID)
+		return 0;
+	if (ZT_FOLLOW && zt_follow.lookup(&tgid) == NULL)
 		return 0;
 	if (ZT_SELF_PID != 0 && tgid == (u32)ZT_SELF_PID)
 		return 0;
@@ -611,3 +622,19 @@ TRACEPOINT_PROBE(syscalls, sys_exit_socket)
 	zt_socket_family.update(&key, &family);
 	return 0;
 }
+
+/* A process forked by a followed process is followed too. The tracepoint runs in the parent;
+ * child_pid is the new task's id, which is the child's tgid for a fork (for a new thread it is
+ * a tid, and the extra entry is never looked up). Only compiled when following. */
+#if ZT_FOLLOW
+TRACEPOINT_PROBE(sched, sched_process_fork)
+{
+	u32 parent = bpf_get_current_pid_tgid() >> 32;
+	if (zt_follow.lookup(&parent) == NULL)
+		return 0;
+	u32 child = args->child_pid;
+	u8 one = 1;
+	zt_follow.update(&child, &one);
+	return 0;
+}
+#endif

@@ -56,19 +56,26 @@ class InMemoryBroker:
         topics: Sequence[str],
         positions: dict[tuple[str, int], int],
         timeout_s: float,
+        turn: list[int],
     ) -> Message | None:
+        """The next message of the subscription. Partitions take turns (turn[0] is where
+        the last scan stopped), as a Kafka consumer interleaves them, so one busy partition
+        does not hold the others back."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
-                for topic in topics:
-                    for partition, log in enumerate(self._logs.get(topic, [])):
-                        key = (topic, partition)
-                        if key not in positions:
-                            positions[key] = self._committed.get((group, topic, partition), 0)
-                        if positions[key] < len(log):
-                            message = log[positions[key]]
-                            positions[key] += 1
-                            return message
+                sources = [(t, p) for t in topics for p in range(len(self._logs.get(t, [])))]
+                for i in range(len(sources)):
+                    index = (turn[0] + i) % len(sources)
+                    key = sources[index]
+                    if key not in positions:
+                        positions[key] = self._committed.get((group, *key), 0)
+                    log = self._logs[key[0]][key[1]]
+                    if positions[key] < len(log):
+                        message = log[positions[key]]
+                        positions[key] += 1
+                        turn[0] = index + 1
+                        return message
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
@@ -107,13 +114,14 @@ class InMemoryConsumer:
         self._group = group
         self._topics: list[str] = []
         self._positions: dict[tuple[str, int], int] = {}
+        self._turn = [0]
 
     def subscribe(self, topics: Sequence[str]) -> None:
         self._topics = list(topics)
         self._positions.clear()
 
     def poll(self, timeout_s: float) -> Message | None:
-        return self._broker._next(self._group, self._topics, self._positions, timeout_s)
+        return self._broker._next(self._group, self._topics, self._positions, timeout_s, self._turn)
 
     def commit(self, message: Message) -> None:
         self._broker._commit(self._group, message)

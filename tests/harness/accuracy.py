@@ -1,7 +1,13 @@
 """Compare zerotrace's LLM records with the clients' own truth (tests/harness/llm_load.py).
 
 The tolerance is the issue's: 2 ms or 2 %, whichever is larger, for TTFT and TPOT at the
-client-side observation point; token counts exact."""
+client-side observation point; token counts exact.
+
+One allowance, for the truth's own uncertainty: a client stamps the time just before its
+send call and again when it returns. If the scheduler took the CPU away in between (this
+happens on a busy 2-core machine), the request left at some moment in that window, and a TTFT
+that matches any moment of the window (within the tolerance) is counted as right. Such
+requests are listed by `uncertain`, so a report can say how many there were."""
 
 from __future__ import annotations
 
@@ -24,11 +30,14 @@ def truth_tpot(t: Mapping[str, Any]) -> float | None:
     tokens = int(t["output_tokens"])
     if not t["stream"] or tokens < 2 or len(t["token_ns"]) < 2:
         return None
-    return (t["token_ns"][-1] - t["token_ns"][0]) / (tokens - 1)
+    return float(t["token_ns"][-1] - t["token_ns"][0]) / (tokens - 1)
 
 
-def compare(truths: Iterable[Mapping[str, Any]], records: Iterable[Mapping[str, Any]],
-            observation_point: str = "CLIENT") -> list[str]:
+def compare(
+    truths: Iterable[Mapping[str, Any]],
+    records: Iterable[Mapping[str, Any]],
+    observation_point: str = "CLIENT",
+) -> list[str]:
     """Every disagreement, one line each; empty means every request matched."""
     by_model: dict[str, list[Mapping[str, Any]]] = {}
     for record in records:
@@ -50,16 +59,26 @@ def compare(truths: Iterable[Mapping[str, Any]], records: Iterable[Mapping[str, 
         if r.get("output_tokens") != t["output_tokens"]:
             problems.append(f"{name}: tokens {r.get('output_tokens')} != {t['output_tokens']}")
         ttft = truth_ttft(t)
-        if r.get("ttft_ns") is None or not within(int(r["ttft_ns"]), ttft):
-            problems.append(f"{name}: TTFT {r.get('ttft_ns')} vs truth {ttft}")
+        earliest = int(t["token_ns"][0] - max(t["sent_done_ns"], t["sent_ns"]))
+        measured = r.get("ttft_ns")
+        if measured is None or not (
+            within(int(measured), ttft) or earliest - TOLERANCE_NS <= int(measured) <= ttft
+        ):
+            problems.append(f"{name}: TTFT {measured} vs truth {ttft} (window from {earliest})")
         tpot = truth_tpot(t)
         if tpot is not None and (r.get("tpot_ns") is None or not within(int(r["tpot_ns"]), tpot)):
             problems.append(f"{name}: TPOT {r.get('tpot_ns')} vs truth {tpot:.0f}")
     return problems
 
 
-def worst_errors(truths: Iterable[Mapping[str, Any]], records: Iterable[Mapping[str, Any]]
-                 ) -> dict[str, float]:
+def uncertain(truths: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Requests whose client was descheduled for more than the tolerance while sending."""
+    return [t["model"] for t in truths if t["sent_done_ns"] - t["sent_ns"] > TOLERANCE_NS]
+
+
+def worst_errors(
+    truths: Iterable[Mapping[str, Any]], records: Iterable[Mapping[str, Any]]
+) -> dict[str, float]:
     """Largest absolute TTFT and TPOT differences in ms, for reports."""
     by_model = {str(r["model"]): r for r in records if r.get("observation_point") == "CLIENT"}
     ttft = tpot = 0.0

@@ -24,7 +24,7 @@ from tests.unit.http_wire import (
 from zerotrace import names
 from zerotrace.codec import AvroCodec
 from zerotrace_correlator import http_counters as c
-from zerotrace_correlator.http_llm_step import HttpLlmCorrelator, Output
+from zerotrace_correlator.http_llm_step import CLOSE_GRACE_NS, HttpLlmCorrelator, Output
 
 SPAN, LLM = names.DERIVED_SPAN.record, names.DERIVED_LLM.record
 REQUEST = {
@@ -212,6 +212,8 @@ def test_stream_cut_mid_way_by_close(codec: AvroCodec) -> None:
     out = run(*records, correlator=correlator)
     assert out == []
     out = run(close(2_000_000), correlator=correlator)
+    assert out == []  # a close waits out the grace: late data of the connection may follow
+    out = correlator.advance(2_000_000 + CLOSE_GRACE_NS)
     encodes(codec, out)
     [span], [llm] = by_kind(out)
     assert llm["error"] == "stream aborted: connection closed"
@@ -249,8 +251,20 @@ def test_server_error_mid_stream_and_http_500(codec: AvroCodec) -> None:
     assert span["attributes"][names.ATTR_ERROR_TYPE] == "500"
 
 
+def test_data_read_after_its_close_still_counts(codec: AvroCodec) -> None:
+    """raw.conn may be read ahead of raw.socket: the CLOSE comes in before the last chunk."""
+    records = chat_stream_records()
+    correlator = HttpLlmCorrelator()
+    out = run(*records[:-1], close(records[-1]["end_ns"] + 10), records[-1], correlator=correlator)
+    out += correlator.advance(records[-1]["end_ns"] + 10 + CLOSE_GRACE_NS)
+    _, [llm] = by_kind(out)
+    assert llm["error"] is None and correlator.connections == 0
+
+
 def test_no_response_before_close(codec: AvroCodec) -> None:
-    out = run(sock("EGRESS", post(CHAT_PATH, REQUEST), 0), close(50))
+    correlator = HttpLlmCorrelator()
+    out = run(sock("EGRESS", post(CHAT_PATH, REQUEST), 0), close(50), correlator=correlator)
+    out += correlator.flush()  # a pending close is carried out at flush
     encodes(codec, out)
     _, [llm] = by_kind(out)
     assert llm["error"] == "no response: connection closed" and llm["status_code"] is None
@@ -333,7 +347,7 @@ def test_garbage_and_tls_connections_yield_nothing() -> None:
         close(3, conn="tls"),
         correlator=correlator,
     )
-    assert out == []
+    assert out == [] and correlator.advance(3 + CLOSE_GRACE_NS) == []
     assert correlator.counters[c.CONNS_NOT_HTTP] == 2 and correlator.counters[c.CONNS_CLOSED] == 1
 
 

@@ -20,6 +20,7 @@ serves them.
 Start here:
   zerotrace run                      observe this machine (embedded: no Kafka, no OpenSearch)
   zerotrace run -- python train.py   observe one command you start
+  zerotrace analyze capture.pcap     LLM request table (TTFT, TPOT) of a packet capture
   zerotrace infra up                 start local Kafka and OpenSearch for the distributed mode
 """
 
@@ -31,7 +32,7 @@ Every setting is also an environment variable: `zerotrace settings` lists them.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from zerotrace.cli import infra_cmd, run_cmd, service_cmds
+    from zerotrace.cli import infra_cmd, packet_cmds, run_cmd, service_cmds
 
     parser = argparse.ArgumentParser(
         prog="zerotrace",
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run_cmd.register(sub)
     service_cmds.register(sub)
+    packet_cmds.register(sub)
     infra_cmd.register(sub)
     return parser
 

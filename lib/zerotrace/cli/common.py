@@ -22,6 +22,10 @@ class StopFlag:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self._event.set())
 
+    @property
+    def event(self) -> threading.Event:
+        return self._event
+
     def __bool__(self) -> bool:
         return self._event.is_set()
 

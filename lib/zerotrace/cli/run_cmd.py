@@ -152,11 +152,18 @@ def run(args: argparse.Namespace) -> int:
     exit_code = 0
     drain_until: float | None = None
 
+    last_tick = started
+
     def correlate() -> None:
+        nonlocal last_tick
         while (message := correlator_in.poll(0)) is not None:
             for out in step.process(message):
                 correlator_out.produce(out.topic, out.key, out.value)
             correlator_in.commit(message)
+        if time.monotonic() - last_tick >= 1.0:
+            last_tick = time.monotonic()
+            for out in step.tick():
+                correlator_out.produce(out.topic, out.key, out.value)
 
     try:
         while not stop:

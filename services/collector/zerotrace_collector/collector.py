@@ -49,8 +49,9 @@ class Collector:
         is shared: the first feed may wait for it, the others are only drained."""
         published = []
         for i, feed in enumerate(self._feeds):
+            keep = None if feed.follows else self._keep
             for raw in feed.poll(timeout_ms if i == 0 else 0):
-                if self._keep is not None and not self._keep(raw):
+                if keep is not None and not keep(raw):
                     continue
                 value = self._codec.encode(raw.record, raw.datum)
                 while True:

@@ -33,6 +33,9 @@ class RawRecord:
 
 class Feed(Protocol):
     name: str
+    # True when the kernel side already keeps only the followed processes, so the collector
+    # must not filter again in user space (by then a short-lived process may be gone).
+    follows: bool
 
     def attach(self) -> None:
         """Load and attach; raises ProbeUnavailable with one line when it cannot."""
@@ -49,6 +52,7 @@ class Feed(Protocol):
 
 class FileOpenFeed:
     name = "file-open"
+    follows = False
 
     def __init__(self, probe: FileOpenProbe, node_id: str, mono_to_epoch_ns: int) -> None:
         self._probe = probe
@@ -85,6 +89,7 @@ class SocketFeed:
 
     def __init__(self, probe: SocketProbe, node_id: str, mono_to_epoch_ns: int) -> None:
         self.probe = probe
+        self.follows = probe.follow
         self._node_id = node_id
         self._offset_ns = mono_to_epoch_ns
         self._containers: dict[int, str | None] = {}

@@ -27,5 +27,11 @@ def build_app(bootstrap: str) -> Any:
                 topic = outputs.setdefault(out.topic, app.topic(out.topic))
                 await topic.send(key=out.key, value=out.value)
 
+    @app.timer(interval=1.0)
+    async def tick() -> None:
+        for out in step.tick():
+            topic = outputs.setdefault(out.topic, app.topic(out.topic))
+            await topic.send(key=out.key, value=out.value)
+
     app.zerotrace_step = step
     return app

@@ -27,6 +27,12 @@ MAX_CONNECTIONS = 65_536
 # connections far sooner (uvicorn 5 s, nginx 75 s), so 5 minutes of silence means it is gone.
 IDLE_TIMEOUT_NS = 300 * 1_000_000_000
 
+# raw.conn and raw.socket are separate topics, so a CLOSE may be read before the last data
+# records of its connection. A close takes effect once event time is this far past it (or at
+# flush); data that arrives meanwhile still counts. Longer than the skew between two topics'
+# consumers in one worker, far shorter than any idle timeout.
+CLOSE_GRACE_NS = 5_000_000_000
+
 Output = tuple[str, dict[str, Any]]
 
 
@@ -39,6 +45,8 @@ class HttpLlmCorrelator:
         self.counters: Counter[str] = Counter()
         # Least recently active first: eviction and idle scans start at the front.
         self._conns: OrderedDict[str, Conversation] = OrderedDict()
+        # conn_id -> event time of its CLOSE, in arrival order (close times are near-monotone).
+        self._closing: OrderedDict[str, int] = OrderedDict()
 
     @property
     def connections(self) -> int:
@@ -55,7 +63,8 @@ class HttpLlmCorrelator:
         conv = self._conns.get(conn_id)
         if conv is None:
             while len(self._conns) >= self.max_connections:
-                _, oldest = self._conns.popitem(last=False)
+                evicted, oldest = self._conns.popitem(last=False)
+                self._closing.pop(evicted, None)
                 self.counters[c.CONNS_EVICTED] += 1
                 out += _records(oldest.close("evicted: connection table full"))
             conv = self._conns[conn_id] = Conversation(conn_id, self.counters)
@@ -70,21 +79,34 @@ class HttpLlmCorrelator:
         read a little out of step with raw.socket, so they must not reset one)."""
         if record["kind"] != "CLOSE":
             return []
-        conv = self._conns.pop(str(record["conn_id"]), None)
-        if conv is None:
-            return []
-        self.counters[c.CONNS_CLOSED] += 1
-        return _records(conv.close("connection closed"))
+        conn_id = str(record["conn_id"])
+        if conn_id in self._conns:
+            self._closing[conn_id] = int(record["ts_ns"])
+        return []
+
+    def _close_due(self, now_ns: int) -> list[Output]:
+        out: list[Output] = []
+        while self._closing:
+            conn_id, closed_ns = next(iter(self._closing.items()))
+            if now_ns - closed_ns < CLOSE_GRACE_NS:
+                break
+            del self._closing[conn_id]
+            conv = self._conns.pop(conn_id, None)
+            if conv is not None:
+                self.counters[c.CONNS_CLOSED] += 1
+                out += _records(conv.close("connection closed"))
+        return out
 
     def advance(self, now_ns: int) -> list[Output]:
         """Event time has reached now_ns: drop connections idle for the idle timeout. Scans
         from the least recently active and stops at the first live one."""
-        out: list[Output] = []
+        out: list[Output] = self._close_due(now_ns)
         while self._conns:
             conn_id, conv = next(iter(self._conns.items()))
             if now_ns - conv.last_ns < self.idle_timeout_ns:
                 break
             del self._conns[conn_id]
+            self._closing.pop(conn_id, None)
             self.counters[c.CONNS_IDLE_TIMEOUT] += 1
             out += _records(conv.close("idle timeout"))
         return out
@@ -92,6 +114,12 @@ class HttpLlmCorrelator:
     def flush(self, reason: str = "end of input") -> list[Output]:
         """Closes every connection (end of a replay, shutdown)."""
         out: list[Output] = []
+        for conn_id in list(self._closing):
+            conv = self._conns.pop(conn_id, None)
+            if conv is not None:
+                self.counters[c.CONNS_CLOSED] += 1
+                out += _records(conv.close("connection closed"))
+        self._closing.clear()
         while self._conns:
             _, conv = self._conns.popitem(last=False)
             out += _records(conv.close(reason))

@@ -25,6 +25,9 @@ CONSUMER = names.GROUP_CORRELATOR
 INPUT_TOPICS = (names.RAW_FILEIO.name, names.RAW_SOCKET.name, names.RAW_CONN.name)
 # Idle connections are looked for at most this often, in event time.
 ADVANCE_EVERY_NS = 1_000_000_000
+# When no events come, time still has to move (a last CLOSE must take effect): `tick` moves
+# event time up to the clock minus this lag, longer than a record takes through the bus.
+TICK_LAG_NS = 5_000_000_000
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,15 @@ class CorrelatorStep:
         outputs = self._derive_record(record, datum, record)
         self.counters.produced += len(outputs)
         return outputs
+
+    def tick(self) -> list[Output]:
+        """Called by the shell about once a second: lets time pass on a quiet input."""
+        now = self._clock.now_ns() - TICK_LAG_NS
+        if now <= self._event_time_ns:
+            return []
+        self._event_time_ns = now
+        self._advanced_at_ns = now
+        return self._encode(self.http.advance(now))
 
     def flush(self) -> list[Output]:
         """End of input: report every exchange still in flight (as aborted)."""

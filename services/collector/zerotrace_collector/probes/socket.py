@@ -447,6 +447,11 @@ class SocketProbe:
         sock = None if closed else self.proc.lookup(pid, fd)
         if sock is not None:
             endpoints = sock.endpoints
+            if not endpoints.remote_port and isinstance(sample, ConnSample) and sample.remote:
+                # Still connecting: the far end is the address connect() was given.
+                endpoints = Endpoints(
+                    endpoints.local_addr, endpoints.local_port, sample.remote[0], sample.remote[1]
+                )
         elif not closed and self.proc.socket_inode(pid, fd) is not None:
             # A live socket that is in neither TCP table: AF_UNIX and the like.
             self.untrack(pid, fd)
