@@ -79,3 +79,16 @@ def test_step_turns_raw_into_derived_and_poison_into_a_dead_letter(codec: AvroCo
     [misplaced] = step.process(message(wrong, offset=2))
     assert misplaced.topic == names.DEAD_LETTER.name
     assert (step.counters.consumed, step.counters.produced, step.counters.dead_letters) == (3, 1, 2)
+
+
+def test_tick_moves_time_only_on_a_quiet_input(codec: AvroCodec) -> None:
+    from zerotrace_correlator.pipeline import TICK_LAG_NS
+
+    clock = ManualClock(10 * TICK_LAG_NS)
+    step = CorrelatorStep(codec, clock)
+    step.process(message(codec.encode(names.RAW_FILEIO.record, raw_open())))
+    clock.advance(TICK_LAG_NS // 2)
+    assert step.tick() == [] and step._event_time_ns == 0  # input still flowing
+    clock.advance(TICK_LAG_NS)
+    step.tick()
+    assert step._event_time_ns == clock.now_ns() - TICK_LAG_NS

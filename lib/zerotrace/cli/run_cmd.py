@@ -154,9 +154,11 @@ def run(args: argparse.Namespace) -> int:
 
     last_tick = started
 
-    def correlate() -> None:
+    def correlate() -> int:
         nonlocal last_tick
+        taken = 0
         while (message := correlator_in.poll(0)) is not None:
+            taken += 1
             for out in step.process(message):
                 correlator_out.produce(out.topic, out.key, out.value)
             correlator_in.commit(message)
@@ -164,21 +166,28 @@ def run(args: argparse.Namespace) -> int:
             last_tick = time.monotonic()
             for out in step.tick():
                 correlator_out.produce(out.topic, out.key, out.value)
+        return taken
 
     try:
         while not stop:
-            collector.pump(50)
-            correlate()
-            indexer.run_once(0)
+            moved = len(collector.pump(50))
+            moved += correlate()
+            moved += indexer.run_once(0)
             now = time.monotonic()
             if live and now - last_draw >= LIVE_REFRESH_S:
                 last_draw = now
                 draw_live(summary, now - started)
-            if drain_until is not None and now >= drain_until:
+            # Stopping: wait until the last events are out of the ring buffers and through
+            # every stage (on a busy machine the stages may run seconds behind).
+            if (
+                drain_until is not None
+                and now >= drain_until
+                and (not moved or now >= drain_until + 60)
+            ):
                 break
             if child is not None and drain_until is None and child.poll() is not None:
                 exit_code = child.returncode
-                drain_until = now + 0.5  # the last events are still in the ring buffers
+                drain_until = now + 0.5
             if args.duration and now - started >= args.duration and drain_until is None:
                 drain_until = now + 0.2
         # End of observation: exchanges still open are reported (as aborted, with a reason).

@@ -63,9 +63,12 @@ def http_span(ex: Exchange) -> dict[str, Any]:
         ATTR_OBSERVATION_POINT: ex.observation_point,
         ATTR_SOURCE_EVENTS: str(ex.source_events),
     }
-    error = (llm.error if llm is not None else None) or ex.error
+    # An SDK stops reading at `data: [DONE]` and may leave the chunked terminator unread; if
+    # the connection then closes, HTTP framing says "incomplete" while the stream was whole.
+    framing_error = None if llm is not None and llm.done else ex.error
+    error = (llm.error if llm is not None else None) or framing_error
     # A capture gap leaves the exchange fine and only our view of it short: not a failure.
-    failed = ex.error is not None or (llm is not None and llm.failed)
+    failed = framing_error is not None or (llm is not None and llm.failed)
     if ex.gap:
         attributes[ATTR_CAPTURE_GAP] = "true"
     if response is not None:
@@ -146,7 +149,7 @@ def llm_request(ex: Exchange) -> dict[str, Any] | None:
         "output_tokens": timings.output_tokens,
         "output_tokens_estimated": timings.output_tokens_estimated,
         "finish_reason": None if llm is None else llm.finish_reason,
-        "error": (llm.error if llm is not None else None) or ex.error,
+        "error": _llm_error(ex),
         "cached_tokens": None if llm is None else llm.cached_tokens,
         "itl_p50_ns": timings.itl_p50_ns,
         "itl_p99_ns": timings.itl_p99_ns,
@@ -158,3 +161,12 @@ def llm_request(ex: Exchange) -> dict[str, Any] | None:
         "first_byte_ns": timings.first_byte_ns,
         "content_events": timings.content_events,
     }
+
+
+def _llm_error(ex: Exchange) -> str | None:
+    """The request's error as the LLM sees it: a stream that reached its final event is whole
+    even when the HTTP message around it was not read to its end."""
+    llm = ex.llm
+    if llm is not None and llm.done:
+        return llm.error
+    return (llm.error if llm is not None else None) or ex.error

@@ -25,8 +25,14 @@ CONSUMER = names.GROUP_CORRELATOR
 INPUT_TOPICS = (names.RAW_FILEIO.name, names.RAW_SOCKET.name, names.RAW_CONN.name)
 # Idle connections are looked for at most this often, in event time.
 ADVANCE_EVERY_NS = 1_000_000_000
-# When no events come, time still has to move (a last CLOSE must take effect): `tick` moves
-# event time up to the clock minus this lag, longer than a record takes through the bus.
+# Event time is a watermark: the oldest of the latest times of the input partitions, so a
+# partition that lags behind the others (a backlog) holds time back and its connections are
+# not closed before their last records are read. A partition this far behind the newest is
+# taken as idle, not lagging, and stops holding time back.
+IDLE_PARTITION_NS = 30_000_000_000
+# When no events come, time still has to move (a last CLOSE must take effect): once the input
+# has been quiet this long by the clock, `tick` moves event time up to the clock minus this
+# lag. Only on a quiet input: a worker that lags behind a backlog must not jump ahead of it.
 TICK_LAG_NS = 5_000_000_000
 
 
@@ -52,9 +58,12 @@ class CorrelatorStep:
         self.counters = StepCounters()
         self._event_time_ns = 0
         self._advanced_at_ns = 0
+        self._last_input_ns = 0  # clock time of the last record taken
+        self._partition_ns: dict[tuple[str, int], int] = {}
 
     def process(self, message: Message) -> list[Output]:
         self.counters.consumed += 1
+        self._last_input_ns = self._clock.now_ns()
         try:
             outputs = self._derive(message)
         except PoisonInput as exc:
@@ -74,7 +83,10 @@ class CorrelatorStep:
 
     def tick(self) -> list[Output]:
         """Called by the shell about once a second: lets time pass on a quiet input."""
-        now = self._clock.now_ns() - TICK_LAG_NS
+        wall = self._clock.now_ns()
+        if wall - self._last_input_ns < TICK_LAG_NS:
+            return []  # records are still coming: their own times move event time
+        now = wall - TICK_LAG_NS
         if now <= self._event_time_ns:
             return []
         self._event_time_ns = now
@@ -87,25 +99,34 @@ class CorrelatorStep:
 
     def _derive(self, message: Message) -> list[Output]:
         record, datum = self._codec.decode(message.value)
-        return self._derive_record(record, datum, message.topic)
+        return self._derive_record(record, datum, message.topic, (message.topic, message.partition))
 
-    def _derive_record(self, record: str, datum: Mapping[str, Any], where: str) -> list[Output]:
+    def _derive_record(
+        self,
+        record: str,
+        datum: Mapping[str, Any],
+        where: str,
+        source: tuple[str, int] = ("record", 0),
+    ) -> list[Output]:
         if record == names.RAW_FILEIO.record:
             span = file_open_span(datum)
             value = self._codec.encode(names.DERIVED_SPAN.record, span)
             return [Output(names.DERIVED_SPAN.name, span["trace_id"].encode(), value)]
         if record == names.RAW_SOCKET.record:
             derived = self.http.feed_socket(datum)
-            derived += self._advance(int(datum["end_ns"]))
+            derived += self._advance(int(datum["end_ns"]), source)
         elif record == names.RAW_CONN.record:
             derived = self.http.feed_conn(datum)
-            derived += self._advance(int(datum["ts_ns"]))
+            derived += self._advance(int(datum["ts_ns"]), source)
         else:
             raise PoisonInput(f"{where} carries {record}, which the correlator does not take")
         return self._encode(derived)
 
-    def _advance(self, event_ns: int) -> list[tuple[str, dict[str, Any]]]:
-        self._event_time_ns = max(self._event_time_ns, event_ns)
+    def _advance(self, event_ns: int, source: tuple[str, int]) -> list[tuple[str, dict[str, Any]]]:
+        self._partition_ns[source] = max(self._partition_ns.get(source, 0), event_ns)
+        newest = max(self._partition_ns.values())
+        watermark = min(t for t in self._partition_ns.values() if newest - t < IDLE_PARTITION_NS)
+        self._event_time_ns = max(self._event_time_ns, watermark)
         if self._event_time_ns - self._advanced_at_ns < ADVANCE_EVERY_NS:
             return []
         self._advanced_at_ns = self._event_time_ns
