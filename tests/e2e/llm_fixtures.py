@@ -37,10 +37,26 @@ class Server:
 def self_signed(folder: Path) -> tuple[Path, Path]:
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-days", "1", "-keyout", str(key),
-         "-out", str(cert)],
-        check=True, capture_output=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-days",
+            "1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
     )
     return cert, key
 
@@ -70,9 +86,19 @@ def start_server(tmp_path: Path, tls: bool) -> Iterator[Server]:
 
 
 def load_command(server: Server, truth: Path, requests: int = REQUESTS) -> list[str]:
-    command = [sys.executable, "-m", "tests.harness.llm_load", "--url", server.url,
-               "--requests", str(requests), "--concurrency", str(CONCURRENCY),
-               "--out", str(truth)]
+    command = [
+        sys.executable,
+        "-m",
+        "tests.harness.llm_load",
+        "--url",
+        server.url,
+        "--requests",
+        str(requests),
+        "--concurrency",
+        str(CONCURRENCY),
+        "--out",
+        str(truth),
+    ]
     if server.cafile:
         command += ["--cafile", server.cafile]
     return command

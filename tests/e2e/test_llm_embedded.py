@@ -38,10 +38,29 @@ def test_every_request_matches_the_clients_truth(server: Server, tmp_path: Path)
     # reads kernel timestamps, so being late costs it nothing, while a client that waits for
     # a CPU would stamp its truth late.
     run = subprocess.run(
-        ["nice", "-n", "5", sys.executable, "-m", "zerotrace", "run", "--no-files", "--quiet",
-         "--store", str(store_file), "--http-port", str(free_port()),
-         "--grpc-port", str(free_port()), "--", *load_command(server, truth_file)],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+        [
+            "nice",
+            "-n",
+            "5",
+            sys.executable,
+            "-m",
+            "zerotrace",
+            "run",
+            "--no-files",
+            "--quiet",
+            "--store",
+            str(store_file),
+            "--http-port",
+            str(free_port()),
+            "--grpc-port",
+            str(free_port()),
+            "--",
+            *load_command(server, truth_file),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     truths = read_truth(truth_file)
@@ -52,9 +71,11 @@ def test_every_request_matches_the_clients_truth(server: Server, tmp_path: Path)
         store.close()
     measured = [r for r in records if str(r["model"]).startswith("model-")]
     problems = compare(truths, records, "CLIENT")
-    print(f"\n{server.url}: worst |error| {worst_errors(truths, records)}, "
-          f"{len(uncertain(truths))} requests whose client was descheduled while sending")
-    summary = run.stdout[run.stdout.find("summary:"):][:600]
+    print(
+        f"\n{server.url}: worst |error| {worst_errors(truths, records)}, "
+        f"{len(uncertain(truths))} requests whose client was descheduled while sending"
+    )
+    summary = run.stdout[run.stdout.find("summary:") :][:600]
     assert problems == [], "\n".join(problems[:20]) + "\n" + summary
     assert len(measured) == REQUESTS
     kinds = {r["endpoint"] for r in measured}

@@ -272,11 +272,14 @@ def line_protocol(port: int) -> dict[str, Any]:
 
 
 def big_response(port: int) -> dict[str, Any]:
+    """Times are CLOCK_MONOTONIC (the same in every process), so a test can tell which of
+    its samples of zerotrace's memory were taken during the transfer."""
     body = {"model": BIG, "messages": [{"role": "user", "content": "hi"}]}
+    started = time.monotonic()
     with _connect(port) as sock:
         sock.sendall(_request(port, body))
         received = _read_all(sock, BIG_READ)  # counted, not kept: the client stays small
-    return {"received": received}
+    return {"received": received, "started": started, "ended": time.monotonic()}
 
 
 def client(llm_port: int, servers: dict[str, int]) -> dict[str, Any]:

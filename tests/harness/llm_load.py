@@ -310,7 +310,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--cafile")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--wait-for", help="start only once this file exists (so an observer "
+                        "can attach to this process first)")
     args = parser.parse_args()
+    while args.wait_for and not os.path.exists(args.wait_for):
+        time.sleep(0.05)
     truths = run_load(args.url, plan(args.requests), args.concurrency, args.cafile)
     with open(args.out, "w") as out:
         json.dump([asdict(t) for t in truths], out)

@@ -17,8 +17,26 @@ from zerotrace.schemas import load_schema_dir
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("collector", help="attach probes on this node and publish to Kafka")
-    p.add_argument("--pid", type=int, default=0, help="observe only this process id")
+    p = sub.add_parser(
+        "collector",
+        help="attach probes on this node and publish to Kafka",
+        description="File opens, and TCP traffic (syscalls and TLS plaintext) of the processes "
+        "named by --pid (and their children) or of the ports named by --port. Socket capture "
+        "needs one of them here: unfiltered, it would capture Kafka's own traffic, which "
+        "carries what it captures.",
+    )
+    p.add_argument(
+        "--pid", type=int, default=0, help="observe only this process and the processes it starts"
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        action="append",
+        default=[],
+        help="TCP traffic on this port (repeatable)",
+    )
+    p.add_argument("--no-files", action="store_true", help="do not trace file opens")
+    p.add_argument("--no-tls", action="store_true", help="do not attach the TLS uprobes")
     p.add_argument("--duration", type=float, default=0, help="stop after this many seconds")
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=collector)
@@ -76,8 +94,10 @@ def collector(args: argparse.Namespace) -> int:
         monotonic_to_epoch_offset_ns,
         require_root,
     )
-    from zerotrace_collector.feeds import FileOpenFeed
+    from zerotrace_collector.feeds import FileOpenFeed, SocketFeed
     from zerotrace_collector.probes.fileio import FileOpenProbe, ProbeUnavailable
+    from zerotrace_collector.probes.socket import SocketProbe
+    from zerotrace_collector.probes.tls import find_libssl
 
     if args.ebpf:
         print(probe_text(args.pid))
@@ -86,16 +106,37 @@ def collector(args: argparse.Namespace) -> int:
     common = settings.load(settings.CommonSettings)
     bus = _kafka_bus(common)
     producer = bus.producer()
-    feed = FileOpenFeed(
-        FileOpenProbe(BPF_DIR, pid_filter=args.pid), common.node_id, monotonic_to_epoch_offset_ns()
-    )
+    offset = monotonic_to_epoch_offset_ns()
+    feeds: list[Any] = []
+    socket_probe = None
+    if args.pid or args.port:
+        socket_probe = SocketProbe(
+            BPF_DIR,
+            follow=bool(args.pid),
+            ports=args.port,
+            tls=not args.no_tls,
+            libssl=None if args.no_tls else find_libssl(),
+        )
+        feeds.append(SocketFeed(socket_probe, common.node_id, offset))
+    else:
+        say("socket capture off: give --pid or --port (unfiltered it would see Kafka's traffic)")
+    if not args.no_files:
+        feeds.append(
+            FileOpenFeed(FileOpenProbe(BPF_DIR, pid_filter=args.pid), common.node_id, offset)
+        )
     try:
-        feed.attach()
+        for feed in feeds:
+            feed.attach()
     except ProbeUnavailable as exc:
         raise FeatureUnavailable(str(exc)) from None
-    col = Collector([feed], producer, _kafka_codec(common.kafka))
+    if socket_probe is not None:
+        for note in socket_probe.notes:
+            say(note)
+        if args.pid:
+            socket_probe.follow_pid(args.pid)
+    col = Collector(feeds, producer, _kafka_codec(common.kafka))
     stop = StopFlag()
-    say(f"collector attached (file-open probe); publishing to {common.kafka}")
+    say(f"collector attached ({', '.join(f.name for f in feeds)}); publishing to {common.kafka}")
     started = time.monotonic()
     try:
         while not stop:
@@ -104,7 +145,8 @@ def collector(args: argparse.Namespace) -> int:
                 break
     finally:
         col.pump(0)
-        feed.close()
+        for feed in feeds:
+            feed.close()
         pending = producer.flush(30)
     lost = ", ".join(f"{k} {v}" for k, v in col.counters().items() if k != "published")
     say(
