@@ -9,7 +9,7 @@ there, and the client's truth would lag its syscalls by milliseconds).
 workers wrap their sockets' send and recv methods to note those times, because the SDK parses
 and validates every chunk before handing it over, and on a busy 2-core machine that takes
 milliseconds the network did not. The workers also run at a higher priority than the
-observed server and zerotrace, and collect garbage between requests, not during them.
+observed server and zerotrace, and let the garbage collector run between requests only.
 
 Kinds: openai-chat-stream, openai-chat-stream-usage, openai-completions-stream, openai-chat
 (non-stream), openai-responses-stream, raw-chat-stream (a plain socket client, no SDK).
@@ -55,6 +55,10 @@ class Truth:
     # lie in [sent_ns, sent_done_ns], and the accuracy check says so.
     sent_done_ns: int = 0
     token_ns: list[int] = field(default_factory=list)  # arrival of each content event
+    # For each token: how long the client sat runnable but without a CPU during the read that
+    # brought it (from /proc/thread-self/schedstat). The token reached the client's socket
+    # at most this long before token_ns: the truth's own uncertainty on a busy machine.
+    token_wait_ns: list[int] = field(default_factory=list)
     done_ns: int = 0
     output_tokens: int = 0
     error: str = ""
@@ -77,6 +81,15 @@ _cafile: str | None = None
 
 _send_pending = False
 _last_read_ns = 0
+_last_read_wait_ns = 0
+
+
+def _runqueue_wait_ns() -> int:
+    """Time this thread has spent runnable but waiting for a CPU, since it started."""
+    with open("/proc/thread-self/schedstat") as stat:
+        return int(stat.read().split()[1])
+
+
 _sent_done_ns = 0
 
 
@@ -103,9 +116,11 @@ def _stamp_sockets() -> None:
 
     def receiving(original: Any) -> Any:
         def recv(self: Any, *args: Any) -> Any:
-            global _last_read_ns
+            global _last_read_ns, _last_read_wait_ns
+            waited = _runqueue_wait_ns()
             data = original(self, *args)
             _last_read_ns = time.time_ns()
+            _last_read_wait_ns = _runqueue_wait_ns() - waited
             return data
 
         return recv
@@ -118,7 +133,7 @@ def _stamp_sockets() -> None:
                 setattr(cls, name, receiving(getattr(cls, name)))
 
 
-def _init(url: str, cafile: str | None) -> None:
+def _init(url: str, cafile: str | None, ready: Any = None) -> None:
     global _client, _url, _cafile
     import httpx2
     from openai import OpenAI
@@ -136,13 +151,20 @@ def _init(url: str, cafile: str | None) -> None:
         warm = run_one(Spec(-1, kind, 2, 0, 0))
         if warm.error:
             raise RuntimeError(f"warm-up {kind} failed: {warm.error}")
+    gc.collect()
+    gc.freeze()  # the SDK's many long-lived objects: never scanned again by the collector
+    if ready is not None:
+        ready.wait()  # measured requests start when every worker has warmed up
 
 
 def run_one(spec: Spec) -> Truth:
     model = f"model-{spec.kind}-{spec.number:03d}" if spec.number >= 0 else f"warmup-{spec.kind}"
     truth = Truth(spec.number, spec.kind, model, stream=spec.kind != "openai-chat")
-    gc.collect()
-    gc.disable()  # no collection pause between a read and its timestamp
+    gc.disable()  # no collection pause between a read and its timestamp (it runs in between)
+    # Spread the streams' phases: with identical pacing, 16 streams would get their tokens in
+    # the same millisecond and the last client woken would stamp its truth late.
+    if spec.number >= 0:
+        time.sleep((spec.number * 7 % 16) * 0.0013)
     extra = {"zt_pace": {"first_ms": spec.first_ms, "token_ms": spec.token_ms}}
     try:
         if spec.kind == "raw-chat-stream":
@@ -156,6 +178,7 @@ def run_one(spec: Spec) -> Truth:
             )
             now = _last_read_ns
             truth.sent_ns, truth.token_ns, truth.done_ns = _sent_ns, [now], now
+            truth.token_wait_ns = [_last_read_wait_ns]
             truth.sent_done_ns = _sent_done_ns
             truth.output_tokens = response.usage.completion_tokens
         elif spec.kind == "openai-completions-stream":
@@ -166,6 +189,7 @@ def run_one(spec: Spec) -> Truth:
                 now = _last_read_ns
                 if chunk.choices and chunk.choices[0].text:
                     truth.token_ns.append(now)
+                    truth.token_wait_ns.append(_last_read_wait_ns)
             truth.sent_ns, truth.done_ns = _sent_ns, time.time_ns()
             truth.sent_done_ns = _sent_done_ns
             truth.output_tokens = len(truth.token_ns)
@@ -181,6 +205,7 @@ def run_one(spec: Spec) -> Truth:
                 now = _last_read_ns
                 if event.type == "response.output_text.delta" and event.delta:
                     truth.token_ns.append(now)
+                    truth.token_wait_ns.append(_last_read_wait_ns)
             truth.sent_ns, truth.done_ns = _sent_ns, time.time_ns()
             truth.sent_done_ns = _sent_done_ns
             truth.output_tokens = len(truth.token_ns)
@@ -198,6 +223,7 @@ def run_one(spec: Spec) -> Truth:
                 now = _last_read_ns
                 if chunk.choices and chunk.choices[0].delta.content:
                     truth.token_ns.append(now)
+                    truth.token_wait_ns.append(_last_read_wait_ns)
                 if chunk.usage is not None:
                     truth.output_tokens = chunk.usage.completion_tokens
             truth.sent_ns, truth.done_ns = _sent_ns, time.time_ns()
@@ -237,15 +263,19 @@ def _raw_stream(spec: Spec, model: str, truth: Truth) -> None:
         truth.sent_done_ns = time.time_ns()
         raw = b""
         while True:
+            waited = _runqueue_wait_ns()
             data = sock.recv(65536)
             now = time.time_ns()
+            wait = _runqueue_wait_ns() - waited
             if not data:
                 break
             raw += data
             # Count complete SSE content events seen so far; stamp the new ones with now.
             events = _sse_events(_dechunk(raw))
             content = [e for e in events if _has_content(e)]
-            truth.token_ns += [now] * (len(content) - len(truth.token_ns))
+            new = len(content) - len(truth.token_ns)
+            truth.token_ns += [now] * new
+            truth.token_wait_ns += [wait] * new
         truth.done_ns = time.time_ns()
     truth.output_tokens = len(truth.token_ns)
 
@@ -282,22 +312,35 @@ def _has_content(data: str) -> bool:
     return any((c.get("delta") or {}).get("content") for c in choices)
 
 
-def plan(requests: int, tokens: int = 12, first_ms: float = 40, token_ms: float = 20) -> list[Spec]:
+def plan(requests: int, tokens: int = 12, first_ms: float = 40, token_ms: float = 40) -> list[Spec]:
     """A deterministic mix of every kind, with tokens and pacing varying per request. The
-    default pace (50 tokens/s a stream, 800/s at concurrency 16) keeps a 2-core machine that
+    default pace (25 tokens/s a stream, 400/s at concurrency 16) keeps a 2-core machine that
     also runs the server, 16 SDK clients and zerotrace below saturation: past it, every
     process waits for a CPU and the timings measure the scheduler, not the traffic."""
     return [
-        Spec(i, KINDS[i % len(KINDS)], tokens + i % 7, first_ms + (i % 5) * 3, token_ms + (i % 3))
+        Spec(
+            i, KINDS[i % len(KINDS)], tokens + i % 7, first_ms + (i % 5) * 3, token_ms + (i % 3) * 2
+        )
         for i in range(requests)
     ]
+
+
+def _import_sdk() -> None:
+    """Import the SDK (and the lazily imported types) once, before forking, so the workers
+    share them instead of each spending a second of CPU on imports while others measure."""
+    import httpx2  # noqa: F401
+    import openai  # noqa: F401
+    from openai.types import completion, responses  # noqa: F401
+    from openai.types.chat import chat_completion, chat_completion_chunk  # noqa: F401
 
 
 def run_load(
     url: str, specs: list[Spec], concurrency: int, cafile: str | None = None
 ) -> list[Truth]:
+    _import_sdk()
     context = multiprocessing.get_context("fork")
-    with context.Pool(concurrency, initializer=_init, initargs=(url, cafile)) as pool:
+    ready = context.Barrier(concurrency)
+    with context.Pool(concurrency, initializer=_init, initargs=(url, cafile, ready)) as pool:
         return sorted(pool.imap_unordered(run_one, specs), key=lambda t: t.number)
 
 
@@ -310,8 +353,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--cafile")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--wait-for", help="start only once this file exists (so an observer "
-                        "can attach to this process first)")
+    parser.add_argument(
+        "--wait-for",
+        help="start only once this file exists (so an observer can attach to this process first)",
+    )
     args = parser.parse_args()
     while args.wait_for and not os.path.exists(args.wait_for):
         time.sleep(0.05)

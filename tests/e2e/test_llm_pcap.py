@@ -1,0 +1,108 @@
+"""A pcap of an LLM serving run, written by zerotrace's own capture, gives the same
+per-request figures through `zerotrace analyze` as the clients measured, and so does a copy
+of it with segments reordered and duplicated."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.llm_fixtures import REPO, REQUESTS, Server, load_command, read_truth, start_server
+from tests.harness.accuracy import compare, uncertain, worst_errors
+from tests.kernel.test_fileio_probe import _SKIP  # noqa: F401  (root: AF_PACKET capture)
+from zerotrace_collector.packets.capture_file import read_capture
+from zerotrace_collector.packets.pcap import pcap_bytes
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    yield from start_server(tmp_path, tls=False)
+
+
+def analyze(pcap: Path, out: Path) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [sys.executable, "-m", "zerotrace", "analyze", str(pcap), "--json", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    return [r for r in rows if r["record"] == "zerotrace.derived.LlmRequest"]
+
+
+def shuffled_and_duplicated(pcap: Path, out: Path) -> tuple[int, int]:
+    """Each block of 8 packets in a random order, every 10th packet written twice."""
+    packets, report = read_capture(pcap.read_bytes())
+    assert report.problem is None
+    rng = random.Random(23)
+    reordered: list[Any] = []
+    duplicates = 0
+    for start in range(0, len(packets), 8):
+        block = packets[start : start + 8]
+        rng.shuffle(block)
+        for packet in block:
+            reordered.append(packet)
+            if len(reordered) % 10 == 0:
+                reordered.append(packet)
+                duplicates += 1
+    out.write_bytes(pcap_bytes(reordered, packets[0].linktype))
+    return len(packets), duplicates
+
+
+def test_pcap_of_a_run_gives_the_clients_figures(server: Server, tmp_path: Path) -> None:
+    pcap, truth_file = tmp_path / "run.pcap", tmp_path / "truth.json"
+    capture = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "zerotrace",
+            "capture",
+            "-i",
+            "lo",
+            "--port",
+            str(server.port),
+            "-w",
+            str(pcap),
+        ],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.5)  # the socket is bound before the load starts
+    load = subprocess.run(
+        load_command(server, truth_file), cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    capture.send_signal(signal.SIGTERM)
+    _, capture_err = capture.communicate(timeout=30)
+    assert load.returncode == 0, load.stdout + load.stderr
+    assert capture.returncode == 0, capture_err
+    assert " 0 dropped by the kernel" in capture_err
+    truths = read_truth(truth_file)
+
+    records = analyze(pcap, tmp_path / "a.jsonl")
+    problems = compare(truths, records, "NETWORK")
+    print(
+        f"\npcap: worst |error| {worst_errors(truths, records)}, "
+        f"{len(uncertain(truths))} requests with a measured client-side wait"
+    )
+    assert problems == [], "\n".join(problems[:20])
+    assert len([r for r in records if r["model"].startswith("model-")]) == REQUESTS
+
+    messy = tmp_path / "messy.pcap"
+    total, duplicates = shuffled_and_duplicated(pcap, messy)
+    assert duplicates > total // 20
+    again = analyze(messy, tmp_path / "b.jsonl")
+    assert compare(truths, again, "NETWORK") == []
+    tokens = {r["model"]: r["output_tokens"] for r in records}
+    assert {r["model"]: r["output_tokens"] for r in again} == tokens
