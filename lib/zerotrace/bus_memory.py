@@ -1,8 +1,9 @@
 """In-process bus: the twin of Kafka for the embedded mode and unit tests.
 
 Thread-safe: the collector, correlator and indexer of `zerotrace run` each use it from their
-own thread. Messages are kept in memory for the life of the process (embedded runs are short;
-the store is the durable copy).
+own thread. Messages are kept in memory for the life of the process, unless the broker is
+made with `trim_committed` (as `zerotrace run` does: the store is the durable copy, and a long
+run must not hold every byte it ever captured).
 """
 
 from __future__ import annotations
@@ -14,10 +15,21 @@ from collections.abc import Sequence
 from zerotrace import names
 from zerotrace.bus import Message, partition_for
 
+# Committed messages are dropped in batches of at least this many (a list's prefix deletion
+# copies the rest, so one message at a time would be quadratic).
+TRIM_BATCH = 64
+
 
 class InMemoryBroker:
-    def __init__(self) -> None:
+    """trim_committed: drop messages once every group subscribed to their topic has committed
+    them, so a long embedded run holds only its backlog, not all it ever saw. A group that
+    subscribes later starts at the oldest message still kept."""
+
+    def __init__(self, trim_committed: bool = False) -> None:
         self._logs: dict[str, list[list[Message]]] = {}
+        self._base: dict[tuple[str, int], int] = {}  # offset of each log's first message
+        self._groups: dict[str, set[str]] = {}  # topic -> groups subscribed to it
+        self._trim = trim_committed
         self._committed: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> next
         self._counter = 0
         self._cond = threading.Condition()
@@ -47,7 +59,8 @@ class InMemoryBroker:
             partition = partition_for(key, len(parts), self._counter)
             self._counter += 1
             log = parts[partition]
-            log.append(Message(topic, partition, len(log), key, value, time.time_ns() // 1_000_000))
+            offset = self._base.get((topic, partition), 0) + len(log)
+            log.append(Message(topic, partition, offset, key, value, time.time_ns() // 1_000_000))
             self._cond.notify_all()
 
     def _next(
@@ -71,8 +84,10 @@ class InMemoryBroker:
                     if key not in positions:
                         positions[key] = self._committed.get((group, *key), 0)
                     log = self._logs[key[0]][key[1]]
-                    if positions[key] < len(log):
-                        message = log[positions[key]]
+                    base = self._base.get(key, 0)
+                    positions[key] = max(positions[key], base)  # trimmed: oldest kept
+                    if positions[key] - base < len(log):
+                        message = log[positions[key] - base]
                         positions[key] += 1
                         turn[0] = index + 1
                         return message
@@ -84,10 +99,30 @@ class InMemoryBroker:
     def _commit(self, group: str, message: Message) -> None:
         with self._cond:
             self._committed[(group, message.topic, message.partition)] = message.offset + 1
+            if self._trim:
+                self._drop_committed(message.topic, message.partition)
+
+    def _subscribe(self, group: str, topics: Sequence[str]) -> None:
+        with self._cond:
+            for topic in topics:
+                self._groups.setdefault(topic, set()).add(group)
+
+    def _drop_committed(self, topic: str, partition: int) -> None:
+        groups = self._groups.get(topic)
+        if not groups:
+            return
+        low = min(self._committed.get((g, topic, partition), 0) for g in groups)
+        base = self._base.get((topic, partition), 0)
+        if low - base >= TRIM_BATCH:
+            del self._logs[topic][partition][: low - base]
+            self._base[(topic, partition)] = low
 
     def end_offsets(self, topic: str) -> list[int]:
         with self._cond:
-            return [len(log) for log in self._logs.get(topic, [])]
+            return [
+                self._base.get((topic, p), 0) + len(log)
+                for p, log in enumerate(self._logs.get(topic, []))
+            ]
 
 
 class InMemoryProducer:
@@ -119,6 +154,7 @@ class InMemoryConsumer:
     def subscribe(self, topics: Sequence[str]) -> None:
         self._topics = list(topics)
         self._positions.clear()
+        self._broker._subscribe(self._group, self._topics)
 
     def poll(self, timeout_s: float) -> Message | None:
         return self._broker._next(self._group, self._topics, self._positions, timeout_s, self._turn)

@@ -22,17 +22,18 @@ from tests.harness.accuracy import compare, worst_errors
 from tests.kernel.test_fileio_probe import _SKIP  # noqa: F401  (fails or skips without eBPF)
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    yield from start_server(tmp_path, tls=False)
+@pytest.fixture(params=[False, True], ids=["http", "https"])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
+    yield from start_server(tmp_path, tls=request.param)
 
 
-def llm_records(http_port: int, prefix: str) -> list[dict[str, Any]]:
+def llm_records(http_port: int, prefix: str, node_id: str) -> list[dict[str, Any]]:
+    """This test's records (the servers keep earlier runs' too: they are told by node id)."""
     url = f"http://127.0.0.1:{http_port}/api/v1/llm/requests?limit=10000"
     with urllib.request.urlopen(url, timeout=10) as response:
         body = json.load(response)
     key = "requests" if "requests" in body else "items"
-    return [r for r in body[key] if str(r["model"]).startswith(prefix)]
+    return [r for r in body[key] if str(r["model"]).startswith(prefix) and r["node_id"] == node_id]
 
 
 def test_llm_metrics_through_kafka_faust_and_opensearch(
@@ -74,7 +75,7 @@ def test_llm_metrics_through_kafka_faust_and_opensearch(
         records: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
             time.sleep(2)
-            records = llm_records(http_port, "model-")
+            records = llm_records(http_port, "model-", env["ZEROTRACE_NODE_ID"])
             # Done when every request is there and none is still waiting for its close.
             if len(records) >= REQUESTS and not compare(truths, records, "CLIENT"):
                 break
@@ -83,6 +84,6 @@ def test_llm_metrics_through_kafka_faust_and_opensearch(
         correlator.stop()
         query.stop()
     problems = compare(truths, records, "CLIENT")
-    print(f"\ndistributed: worst |error| {worst_errors(truths, records)}")
+    print(f"\ndistributed {server.url}: worst |error| {worst_errors(truths, records)}")
     assert problems == [], "\n".join(problems[:20])
     assert len(records) == REQUESTS

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     common = settings.load(settings.CommonSettings)
     require_root()
     clock = SystemClock()
-    broker = InMemoryBroker()
+    broker = InMemoryBroker(trim_committed=True)  # hold the backlog, not the history
     broker.ensure_topics()
     codec = AvroCodec(load_schema_dir(), InMemorySchemaRegistry())
     store = DuckDBStore(str(args.store or embedded_store_path(common.home)))
@@ -203,7 +204,8 @@ def run(args: argparse.Namespace) -> int:
         if child is not None and child.poll() is None:
             child.terminate()
     counters = collector.counters()
-    for line in summary.lines(step.counters.dead_letters + indexer.dead_letters, counters):
+    dead_letters = step.counters.dead_letters + indexer.dead_letters
+    for line in summary.lines(dead_letters, counters, step.http.counters):
         print(line)
     return exit_code
 
@@ -250,7 +252,12 @@ class Summary:
         self.by_kind[doc["kind"]] += 1
         self.by_process[doc["process_name"]] += 1
 
-    def lines(self, dead_letters: int, counters: dict[str, int]) -> list[str]:
+    def lines(
+        self, dead_letters: int, counters: dict[str, int], correlator: Mapping[str, int]
+    ) -> list[str]:
+        """correlator: the HTTP/LLM correlation's counters (http_counters.py), limits hit and
+        connections given up among them, so "no LLM traffic" and "traffic we could not read"
+        look different."""
         kinds = ", ".join(f"{kind} {n}" for kind, n in self.by_kind.most_common())
         out = [
             f"summary: {self.spans} spans ({kinds or 'none'}; {self.errors} failed), "
@@ -261,6 +268,9 @@ class Summary:
         losses = {k: v for k, v in counters.items() if v and k != "published"}
         if losses:
             out.append("  counted: " + ", ".join(f"{k} {v}" for k, v in sorted(losses.items())))
+        seen = ", ".join(f"{k} {v}" for k, v in sorted(correlator.items()) if v)
+        if seen:
+            out.append(f"  correlator: {seen}")
         if self.llm:
             out += ["", render_llm_view(self.llm, rows=20)]
         return out
