@@ -4,15 +4,22 @@ each direction in sequence order, gap markers where bytes are missing, and open/
 Who is the client: the sender of a SYN (or the receiver of a SYN-ACK). When the handshake was
 not captured, the endpoint with the lower port is taken as the server (servers listen on
 well-known or configured ports; clients get ephemeral ones, 32768-60999 on Linux), ties going
-to the destination of the first packet seen. A SYN arriving later, before anything of the
-connection was emitted, corrects that guess.
+to the destination of the first packet seen. A SYN or SYN-ACK arriving later, before anything
+of the connection was emitted, corrects that guess and the connection's time; a connection
+whose SYN-ACK came first is opened when its SYN comes, or at its first event, whichever is
+first, so a capture reordered by a packet or two still names it by its SYN's time.
 
-When bytes are missing: a hole below what the peer has acknowledged (or below a FIN) is real,
-but a capture may show the ACK a little before the data it acknowledges (mirror ports, merged
-or reordered captures). So such a hole is declared a gap only after a grace of
+When bytes are missing: a hole below what the peer has acknowledged (or below a FIN or RST) is
+real, but a capture may show the ACK a little before the data it acknowledges (mirror ports,
+merged or reordered captures). So such a hole is declared a gap only after a grace of
 `reorder_grace_packets` more packets of the connection or `reorder_grace_ns` of packet time,
-whichever comes first; a buffer limit, a RST, the idle timeout and the end of input declare
-every remaining hole at once. After a gap marker, delivery goes on with the next bytes.
+whichever comes first, counted from the first packet that confirmed that hole (not an earlier
+one: when ACKs keep overtaking their data, some hole is always open, but each is young).
+A RST closes the connection at once when nothing it or the peer's ACKs confirm is missing;
+otherwise the connection waits for those bytes, which the RST overtook in the capture, for
+the same grace, counted in packets of the whole capture since few packets of a reset
+connection follow. A buffer limit, the idle timeout and the end of input declare every
+remaining hole at once. After a gap marker, delivery goes on with the next bytes.
 A trailing hole of exactly one byte that no FIN accounts for is taken as an uncaptured FIN
 (the ACK of a FIN is one past the last byte), not as a gap.
 
@@ -65,7 +72,7 @@ class Direction(enum.StrEnum):
 
 class CloseReason(enum.StrEnum):
     FIN = "fin"  # both sides sent FIN and every byte before them was delivered
-    RST = "rst"
+    RST = "rst"  # once the bytes it (or the peer) acknowledged came, or after the grace
     IDLE = "idle"
     EVICTED = "evicted"  # max_flows reached
     REUSED = "reused"  # a SYN with a new sequence number on the same 5-tuple
@@ -82,7 +89,8 @@ class Endpoint:
 class FlowId:
     client: Endpoint
     server: Endpoint
-    opened_ns: int  # time of the connection's first packet seen (its SYN, when captured)
+    # Its SYN's time; when the SYN was not captured, its SYN-ACK's, or else its first packet's.
+    opened_ns: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +147,14 @@ class _Flow:
     server: Endpoint
     opened_ns: int
     last_ns: int
-    roles_firm: bool
+    roles_firm: bool  # a SYN or SYN-ACK, or bytes emitted, settled who the client is
     c2s: Stream = field(default_factory=Stream)
     s2c: Stream = field(default_factory=Stream)
     packets: int = 0
     accounted: int = 0  # this flow's share of TcpReassembler._held_total
+    reset: tuple[int, int] | None = None  # (capture packet number, ts_ns) of its first RST
+    syn_seen: bool = False  # a SYN or SYN-ACK
+    emitted: bool = False  # an event carried its id: opened_ns and the roles are final
 
     @property
     def id(self) -> FlowId:
@@ -170,6 +181,7 @@ class TcpReassembler:
         self.counters = ReassemblyCounters()
         self._flows: OrderedDict[_Key, _Flow] = OrderedDict()  # least recently active first
         self._closed: OrderedDict[_Key, int] = OrderedDict()  # key -> forget after (ns)
+        self._resetting: OrderedDict[_Key, _Flow] = OrderedDict()  # by time of their RST
         self._held_total = 0
         self._now = 0
 
@@ -226,27 +238,18 @@ class TcpReassembler:
             client, server = (src, dst) if src.port > dst.port else (dst, src)
         else:
             client, server = src, dst
-        flow = _Flow(client, server, pkt.ts_ns, pkt.ts_ns, roles_firm=pkt.syn)
+        flow = _Flow(client, server, pkt.ts_ns, pkt.ts_ns, roles_firm=False)
         self._flows[key] = flow
         self.counters.flows += 1
-        if pkt.syn:
-            events.append(FlowOpened(flow.id, pkt.ts_ns))
-        else:
-            self.counters.flows_without_syn += 1
+        self.counters.flows_without_syn += 1  # until _segment sees its SYN
         return flow
 
     def _segment(
         self, flow: _Flow, key: _Key, pkt: TcpPacket, src: Endpoint, events: list[FlowEvent]
     ) -> None:
         since = (flow.packets, pkt.ts_ns)
-        if pkt.syn and not flow.roles_firm:
-            # The guess from the ports was wrong or right; the SYN settles it (nothing of this
-            # connection was emitted yet, or the roles would be firm).
-            if (src == flow.client) == pkt.has_ack:
-                flow.swap_roles()
-            flow.roles_firm = True
-            self.counters.flows_without_syn -= 1
-            events.append(FlowOpened(flow.id, pkt.ts_ns))
+        if pkt.syn and not flow.emitted:
+            self._handshake(flow, pkt, src, events)
         direction = Direction.CLIENT_TO_SERVER if src == flow.client else Direction.SERVER_TO_CLIENT
         mine = flow.stream(direction)
         peer = flow.stream(_other(direction))
@@ -268,13 +271,43 @@ class TcpReassembler:
                 mine.pending_fin_seq = data_seq + len(pkt.payload)
         if pkt.has_ack and peer.anchored:
             peer.confirm(peer.offset(pkt.ack), since)
-        if pkt.rst:
-            self._close(flow, key, CloseReason.RST, pkt.ts_ns, events)
-            return
+        if pkt.rst and flow.reset is None:
+            if mine.anchored:  # like a FIN: every byte before it was sent
+                mine.confirm(mine.offset(data_seq + len(pkt.payload)), since)
+            flow.reset = (self.counters.segments, pkt.ts_ns)
+            self._resetting[key] = flow
         for d in Direction:
             self._resolve(flow, d, pkt.ts_ns, events, force=False)
         if flow.c2s.finished and flow.s2c.finished:
             self._close(flow, key, CloseReason.FIN, pkt.ts_ns, events)
+        elif flow.reset is not None and not (flow.c2s.awaited or flow.s2c.awaited):
+            self._close(flow, key, CloseReason.RST, pkt.ts_ns, events)
+
+    def _handshake(
+        self, flow: _Flow, pkt: TcpPacket, src: Endpoint, events: list[FlowEvent]
+    ) -> None:
+        """A SYN or SYN-ACK before anything of the connection was emitted: it settles the roles
+        (the guess from the ports was wrong or right) and the connection's time. A SYN opens it
+        at once; a SYN-ACK waits for its SYN, which a reordered capture may show a little later,
+        until the first event of the connection (see `_announce`)."""
+        if not flow.roles_firm:
+            if (src == flow.client) == pkt.has_ack:
+                flow.swap_roles()
+            flow.roles_firm = True
+        if not pkt.has_ack or not flow.syn_seen:
+            flow.opened_ns = pkt.ts_ns
+        if not flow.syn_seen:
+            flow.syn_seen = True
+            self.counters.flows_without_syn -= 1
+        if not pkt.has_ack:
+            self._announce(flow, events)
+
+    def _announce(self, flow: _Flow, events: list[FlowEvent]) -> None:
+        """Called before every event that carries the connection's id."""
+        if not flow.emitted:
+            flow.emitted = flow.roles_firm = True
+            if flow.syn_seen:
+                events.append(FlowOpened(flow.id, flow.opened_ns))
 
     def _resolve(
         self, flow: _Flow, direction: Direction, ts_ns: int, events: list[FlowEvent], force: bool
@@ -287,16 +320,14 @@ class TcpReassembler:
             self._count(stream.anchor(stream.earliest_pending_seq()))
         self._deliver(flow, direction, ts_ns, events)
         while stream.confirmed > stream.next_off and (
-            force or self._grace_over(flow, stream.confirmed_since)
+            force or self._grace_over(flow, stream.confirmed_since())
         ):
             first = stream.first_buffered()
             if first is None and stream.fin_off is None and stream.confirmed - stream.next_off == 1:
-                stream.confirmed = stream.next_off  # the ACK of an uncaptured FIN
+                stream.cap_confirmed(stream.next_off)  # the ACK of an uncaptured FIN
                 break
             end = stream.confirmed if first is None else min(first, stream.confirmed)
             self._gap(flow, direction, end, ts_ns, events)
-        if stream.confirmed <= stream.next_off:
-            stream.confirmed_since = None
         while force and stream.segments:
             self._gap(flow, direction, stream.segments[0][0], ts_ns, events)
 
@@ -317,8 +348,8 @@ class TcpReassembler:
         gap = stream.skip_to(end)
         self.counters.gaps += 1
         self.counters.gap_bytes += gap
+        self._announce(flow, events)
         events.append(DataPiece(flow.id, direction, ts_ns, stream.seq_at(start), start, b"", gap))
-        flow.roles_firm = True
         self._deliver(flow, direction, ts_ns, events)
 
     def _deliver(
@@ -330,7 +361,7 @@ class TcpReassembler:
             return
         off, data = piece
         self.counters.bytes += len(data)
-        flow.roles_firm = True
+        self._announce(flow, events)
         events.append(DataPiece(flow.id, direction, ts_ns, stream.seq_at(off), off, data))
 
     def _count(self, insert: Insert) -> None:
@@ -372,10 +403,15 @@ class TcpReassembler:
     def _close(
         self, flow: _Flow, key: _Key, reason: CloseReason, ts_ns: int, events: list[FlowEvent]
     ) -> None:
+        if flow.reset is not None and reason is not CloseReason.FIN:
+            # Its RST's time, or that of a late packet it waited for.
+            reason, ts_ns = CloseReason.RST, max(flow.reset[1], flow.last_ns)
         for d in Direction:
             self._resolve(flow, d, ts_ns, events, force=True)
         self._sync(flow)
         del self._flows[key]
+        self._resetting.pop(key, None)
+        self._announce(flow, events)
         events.append(FlowClosed(flow.id, ts_ns, reason))
         if reason is not CloseReason.END_OF_INPUT:
             self._closed[key] = ts_ns + self.limits.closed_memory_ns
@@ -384,7 +420,18 @@ class TcpReassembler:
                 self._closed.popitem(last=False)
 
     def _expire(self, events: list[FlowEvent]) -> None:
-        idle = self.limits.idle_timeout_ns
+        limits = self.limits
+        while self._resetting:
+            key, flow = next(iter(self._resetting.items()))
+            assert flow.reset is not None
+            packets, ts_ns = flow.reset
+            if (
+                self.counters.segments - packets < limits.reorder_grace_packets
+                and self._now - ts_ns < limits.reorder_grace_ns
+            ):
+                break
+            self._close(flow, key, CloseReason.RST, flow.last_ns, events)
+        idle = limits.idle_timeout_ns
         while self._flows:
             key, flow = next(iter(self._flows.items()))
             if flow.last_ns + idle > self._now:

@@ -10,10 +10,16 @@ bytes that differ.
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from dataclasses import dataclass, field
 
 SEQ_MOD = 1 << 32
 HALF = 1 << 31
+# Confirmation marks kept per direction (see `Stream.confirmations`). A receiver acknowledges
+# every other segment or so, and marks below the delivery point are dropped, so a stream holds
+# more only when many holes stay open at once; past it the newest mark is stretched, which only
+# lets a later hole's grace start earlier: a gap may come sooner, never later.
+MAX_CONFIRMATIONS = 64
 
 
 def seq_diff(a: int, b: int) -> int:
@@ -41,7 +47,11 @@ class Stream:
     pending_fin_seq: int | None = None
     pending_since: tuple[int, int] | None = None  # (flow packet number, ts_ns)
     confirmed: int = 0  # the peer acknowledged (or a FIN closed) everything below this offset
-    confirmed_since: tuple[int, int] | None = None  # when a hole below `confirmed` was seen
+    # (offset, since): everything below offset was confirmed from packet `since` on, one mark per
+    # advance of `confirmed` past the delivery point. The grace of the hole at the delivery point
+    # runs from the first mark past it, not from the first of a run of holes: a stream whose
+    # ACKs keep overtaking their data always has some hole, but each is young.
+    confirmations: deque[tuple[int, tuple[int, int]]] = field(default_factory=deque)
     fin_off: int | None = None
 
     @property
@@ -55,6 +65,11 @@ class Stream:
     @property
     def held_segments(self) -> int:
         return len(self.segments) + len(self.pending)
+
+    @property
+    def awaited(self) -> bool:
+        """Bytes the peer acknowledged (or a FIN or RST closed) are missing here."""
+        return self.anchored and self.confirmed > self.next_off
 
     @property
     def finished(self) -> bool:
@@ -166,12 +181,28 @@ class Stream:
         """The FIN sits at off. It takes a sequence number of its own, so an ACK of it points
         one past the last byte: acknowledged offsets are capped at the FIN."""
         self.fin_off = off
+        self.cap_confirmed(off)
+
+    def cap_confirmed(self, off: int) -> None:
+        """Nothing at or past off was sent (a FIN sits there, or an uncaptured one did)."""
         self.confirmed = min(self.confirmed, off)
+        self.confirmations = deque((min(o, off), since) for o, since in self.confirmations)
 
     def confirm(self, off: int, since: tuple[int, int]) -> None:
         if self.fin_off is not None:
             off = min(off, self.fin_off)
-        if off > self.confirmed:
-            self.confirmed = off
-        if self.confirmed > self.next_off and self.confirmed_since is None:
-            self.confirmed_since = since
+        if off <= self.confirmed:
+            return
+        self.confirmed = off
+        if off <= self.next_off:
+            return
+        if len(self.confirmations) >= MAX_CONFIRMATIONS:
+            since = self.confirmations.pop()[1]
+        self.confirmations.append((off, since))
+
+    def confirmed_since(self) -> tuple[int, int] | None:
+        """Since when the hole at the delivery point is confirmed; None when it is not (yet)."""
+        marks = self.confirmations
+        while marks and marks[0][0] <= self.next_off:
+            marks.popleft()
+        return marks[0][1] if marks else None
