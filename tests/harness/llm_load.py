@@ -55,9 +55,10 @@ class Truth:
     # lie in [sent_ns, sent_done_ns], and the accuracy check says so.
     sent_done_ns: int = 0
     token_ns: list[int] = field(default_factory=list)  # arrival of each content event
-    # For each token: how long the client sat runnable but without a CPU during the read that
-    # brought it (from /proc/thread-self/schedstat). The token reached the client's socket
-    # at most this long before token_ns: the truth's own uncertainty on a busy machine.
+    # For each token: how much earlier than token_ns it may have reached the client's socket
+    # (the truth's own uncertainty on a busy machine): the run-queue wait of the read that
+    # brought it (/proc/thread-self/schedstat), or, when the read found the data already
+    # waiting, the time since the previous read returned.
     token_wait_ns: list[int] = field(default_factory=list)
     done_ns: int = 0
     output_tokens: int = 0
@@ -82,6 +83,19 @@ _cafile: str | None = None
 _send_pending = False
 _last_read_ns = 0
 _last_read_wait_ns = 0
+
+
+# A read that returns faster than this found its data already waiting in the socket.
+_READ_DID_NOT_BLOCK_NS = 100_000
+
+
+def _arrival_slack(called_ns: int, returned_ns: int, queued_ns: int, previous_ns: int) -> int:
+    """How much earlier than `returned_ns` the bytes may have reached the socket. A read that
+    blocked was woken by them: only its run-queue wait separates the two. A read that found
+    them waiting cannot tell when they came, only that it was after the previous read."""
+    if returned_ns - called_ns >= _READ_DID_NOT_BLOCK_NS or not previous_ns:
+        return queued_ns
+    return max(queued_ns, returned_ns - previous_ns)
 
 
 def _runqueue_wait_ns() -> int:
@@ -117,10 +131,13 @@ def _stamp_sockets() -> None:
     def receiving(original: Any) -> Any:
         def recv(self: Any, *args: Any) -> Any:
             global _last_read_ns, _last_read_wait_ns
-            waited = _runqueue_wait_ns()
+            waited, called = _runqueue_wait_ns(), time.time_ns()
             data = original(self, *args)
-            _last_read_ns = time.time_ns()
-            _last_read_wait_ns = _runqueue_wait_ns() - waited
+            now = time.time_ns()
+            _last_read_wait_ns = _arrival_slack(
+                called, now, _runqueue_wait_ns() - waited, _last_read_ns
+            )
+            _last_read_ns = now
             return data
 
         return recv
@@ -260,13 +277,14 @@ def _raw_stream(spec: Spec, model: str, truth: Truth) -> None:
     with sock:
         truth.sent_ns = time.time_ns()
         sock.sendall(head.encode() + body.encode())
-        truth.sent_done_ns = time.time_ns()
+        truth.sent_done_ns = previous = time.time_ns()
         raw = b""
         while True:
-            waited = _runqueue_wait_ns()
+            waited, called = _runqueue_wait_ns(), time.time_ns()
             data = sock.recv(65536)
             now = time.time_ns()
-            wait = _runqueue_wait_ns() - waited
+            wait = _arrival_slack(called, now, _runqueue_wait_ns() - waited, previous)
+            previous = now
             if not data:
                 break
             raw += data

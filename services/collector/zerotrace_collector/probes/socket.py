@@ -157,6 +157,8 @@ class SocketProbe:
         self.filtered = 0
         """Samples dropped in user space: port filter, or the fd turned out not TCP."""
         self.seeded = 0
+        self.exit_closes = 0
+        """CLOSE events made for connections of processes that exited."""
         """(pid, fd) entries written from /proc at attach."""
         self._bpf: Any = None
         self._pending: list[bytes] = []
@@ -368,20 +370,39 @@ class SocketProbe:
                 family = AF_INET6 if ":" in sock.endpoints.local_addr else AF_INET
                 families[families.Key(pid=pid, fd=fd)] = ctypes.c_uint16(family)
 
-    def sweep(self) -> int:
-        """Untrack sockets of processes that exited (exit closes fds without close(2)).
-        Returns how many entries went."""
+    def sweep(self) -> list[ConnSample]:
+        """Untrack sockets of processes that exited. Exit closes fds without close(2), so no
+        CLOSE event came for them: one is made here for each tracked connection, so that the
+        correlator learns the conversation is over (else it waits for its idle timeout)."""
         if self._bpf is None:
-            return 0
-        gone = 0
+            return []
+        closed: list[ConnSample] = []
+        now = time.monotonic_ns()
         for name in (SOCKETS_MAP, FAMILY_MAP):
             table = self._bpf[name]
-            dead = [k for k in table if not Path(f"/proc/{k.pid}").exists()]
-            for key in dead:
+            dead = [(k, v) for k, v in table.items() if not Path(f"/proc/{k.pid}").exists()]
+            for key, leaf in dead:
+                if name == SOCKETS_MAP:
+                    closed.append(
+                        ConnSample(
+                            pid=key.pid,
+                            tid=key.pid,
+                            fd=key.fd,
+                            cgroup_id=0,
+                            start_mono_ns=now,
+                            end_mono_ns=now,
+                            ret=0,
+                            conn_start_ns=int(leaf.conn_start_ns),
+                            kind=ConnKind.CLOSE,
+                            family=int(leaf.family),
+                            comm="",
+                            remote=None,
+                        )
+                    )
                 with contextlib.suppress(KeyError):
                     del table[key]
-                    gone += 1
-        return gone
+        self.exit_closes += len(closed)
+        return [c for c in closed if self.proc.cached(c.pid, c.fd, c.conn_start_ns) is not None]
 
     # -- events --------------------------------------------------------------
 
@@ -411,7 +432,7 @@ class SocketProbe:
         now = time.monotonic()
         if now - self._last_sweep > _SWEEP_EVERY_S:
             self._last_sweep = now
-            self.sweep()
+            out += self.sweep()
         return out
 
     def _keep(self, sample: SocketSample) -> bool:
