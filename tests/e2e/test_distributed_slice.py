@@ -20,13 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.kernel.test_fileio_probe import _SKIP  # noqa: F401  (fails or skips without eBPF)
+from tests.ebpf_required import require_ebpf
 from zerotrace import names
 from zerotrace.bus_kafka import KafkaBus, read_topic_from_start
 from zerotrace.codec import AvroCodec
 from zerotrace.schema_registry_kafka import KafkaSchemaRegistry
 from zerotrace.schemas import load_schema_dir
 from zerotrace_query.grpc_api import list_spans
+
+require_ebpf()
 
 REPO = Path(__file__).resolve().parents[2]
 CALLS = 23

@@ -20,10 +20,12 @@ from typing import Any
 import pytest
 
 from tests.e2e.llm_fixtures import REPO, Server, free_port, start_server
+from tests.ebpf_required import require_ebpf
 from tests.harness import bad_clients as bad
-from tests.kernel.test_fileio_probe import _SKIP  # noqa: F401  (fails or skips without eBPF)
 from zerotrace.store import Query
 from zerotrace.store_duckdb import DuckDBStore
+
+require_ebpf()
 
 LINE_PORT = 80  # a well-known HTTP port carrying something else (root may bind it)
 # zerotrace's own peak resident memory over the whole run (the bcc compile at the start is

@@ -18,8 +18,10 @@ import pytest
 
 from tests.e2e.llm_fixtures import REPO, REQUESTS, Server, free_port, load_command, start_server
 from tests.e2e.test_distributed_slice import Service
+from tests.ebpf_required import require_ebpf
 from tests.harness.accuracy import compare, worst_errors
-from tests.kernel.test_fileio_probe import _SKIP  # noqa: F401  (fails or skips without eBPF)
+
+require_ebpf()
 
 
 @pytest.fixture

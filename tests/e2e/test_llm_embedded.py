@@ -21,10 +21,12 @@ from tests.e2e.llm_fixtures import (
     read_truth,
     start_server,
 )
+from tests.ebpf_required import require_ebpf
 from tests.harness.accuracy import compare, uncertain, worst_errors
-from tests.kernel.test_fileio_probe import _SKIP  # noqa: F401  (fails or skips without eBPF)
 from zerotrace.store import Query
 from zerotrace.store_duckdb import DuckDBStore
+
+require_ebpf()
 
 
 @pytest.fixture(params=[False, True], ids=["http", "https"])

@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 
 from tests.e2e.llm_fixtures import REPO, REQUESTS, Server, load_command, read_truth, start_server
+from tests.ebpf_required import require_ebpf
 from tests.harness.accuracy import TOLERANCE_NS, compare, ttft_window, uncertain
-from tests.kernel.test_fileio_probe import _SKIP  # noqa: F401  (root: AF_PACKET capture)
 from zerotrace_collector.packets.analysis import PcapAnalysis
 from zerotrace_collector.packets.capture_file import read_capture
 from zerotrace_collector.packets.pcap import pcap_bytes
+
+require_ebpf()
 
 
 @pytest.fixture

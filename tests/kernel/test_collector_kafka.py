@@ -9,7 +9,7 @@ import textwrap
 import uuid
 from pathlib import Path
 
-from tests.kernel.test_fileio_probe import _SKIP  # noqa: F401  (fails or skips without eBPF)
+from tests.ebpf_required import require_ebpf
 from zerotrace import names
 from zerotrace.bus_kafka import KafkaBus, read_topic_from_start
 from zerotrace.codec import AvroCodec
@@ -18,6 +18,8 @@ from zerotrace.schemas import load_schema_dir
 from zerotrace_collector.collector import Collector, monotonic_to_epoch_offset_ns
 from zerotrace_collector.feeds import FileOpenFeed
 from zerotrace_collector.probes.fileio import FileOpenProbe
+
+require_ebpf()
 
 BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
 CALLS = 23

@@ -12,10 +12,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.kernel.test_fileio_probe import _SKIP  # noqa: F401  (fails or skips without eBPF)
+from tests.ebpf_required import require_ebpf
 from zerotrace.store import Query
 from zerotrace.store_duckdb import DuckDBStore
 from zerotrace_query.grpc_api import list_spans
+
+require_ebpf()
 
 REPO = Path(__file__).resolve().parents[2]
 CALLS = 23

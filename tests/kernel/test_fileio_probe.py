@@ -6,7 +6,6 @@ Run:  sudo PYTHONPATH=services/collector .venv/bin/python -m pytest -m kernel te
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ebpf_required import require_ebpf
 from zerotrace_collector.probes.fileio import FileOpenProbe
 from zerotrace_collector.probes.fileio_decode import FileOpenSample
 
@@ -60,26 +60,7 @@ WORKLOAD = textwrap.dedent(
 ) % {"comm": WORKLOAD_COMM, "flags": OPEN_FLAGS}
 
 
-def _environment_skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "kernel tests need root to load eBPF programs"
-    if importlib.util.find_spec("bcc") is None:
-        return "bcc not importable: run scripts/setup-ebpf.sh <venv> as root"
-    release = os.uname().release
-    if not Path(f"/lib/modules/{release}/build").exists():
-        return f"no kernel headers for {release}: run scripts/setup-ebpf.sh as root"
-    if not Path("/sys/kernel/tracing/events/syscalls/sys_enter_openat").exists():
-        return "tracefs not mounted or no syscall tracepoints: run scripts/setup-ebpf.sh"
-    return None
-
-
-_SKIP = _environment_skip_reason()
-if _SKIP is not None:
-    # The test command (scripts/test) runs as root after set-up and sets this: there, a
-    # missing kernel feature is a failure to see, not a skip to overlook.
-    if os.environ.get("ZEROTRACE_REQUIRE_KERNEL") == "1":
-        pytest.fail(_SKIP, pytrace=False)
-    pytest.skip(_SKIP, allow_module_level=True)
+require_ebpf("syscalls/sys_enter_openat")
 
 
 def _drain(probe: FileOpenProbe, seconds: float) -> list[FileOpenSample]:

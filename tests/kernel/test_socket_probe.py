@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ebpf_required import require_ebpf
 from zerotrace_collector.probes.socket import SocketProbe
 from zerotrace_collector.probes.socket_decode import (
     ConnKind,
@@ -116,24 +117,7 @@ CLIENT = textwrap.dedent(
 ).replace("%(helpers)s", _HELPERS)
 
 
-def _environment_skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "kernel tests need root to load eBPF programs"
-    if importlib.util.find_spec("bcc") is None:
-        return "bcc not importable: run scripts/setup-ebpf.sh <venv> as root"
-    release = os.uname().release
-    if not Path(f"/lib/modules/{release}/build").exists():
-        return f"no kernel headers for {release}: run scripts/setup-ebpf.sh as root"
-    if not Path("/sys/kernel/tracing/events/syscalls/sys_enter_sendmsg").exists():
-        return "tracefs not mounted or no syscall tracepoints: run scripts/setup-ebpf.sh"
-    return None
-
-
-_SKIP = _environment_skip_reason()
-if _SKIP is not None:
-    if os.environ.get("ZEROTRACE_REQUIRE_KERNEL") == "1":
-        pytest.fail(_SKIP, pytrace=False)
-    pytest.skip(_SKIP, allow_module_level=True)
+require_ebpf("syscalls/sys_enter_sendmsg")
 
 
 @pytest.fixture(scope="module")

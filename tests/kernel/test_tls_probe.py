@@ -7,9 +7,7 @@ Needs root, bcc, kernel headers, uprobes, libssl and the ``openssl`` command.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ebpf_required import ebpf_missing, require
 from zerotrace_collector.probes.socket import SocketProbe
 from zerotrace_collector.probes.socket_decode import (
     ConnKind,
@@ -94,14 +93,7 @@ def response(i: int) -> bytes:
     return b"HTTP/1.1 200 OK\r\nx: %02d\r\n\r\n" % i + b"z" * (50 + i)
 
 
-def _environment_skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "kernel tests need root to load eBPF programs"
-    if importlib.util.find_spec("bcc") is None:
-        return "bcc not importable: run scripts/setup-ebpf.sh <venv> as root"
-    release = os.uname().release
-    if not Path(f"/lib/modules/{release}/build").exists():
-        return f"no kernel headers for {release}: run scripts/setup-ebpf.sh as root"
+def _tls_missing() -> str | None:
     if find_libssl() is None:
         return "no libssl.so found for CPython's _ssl: TLS capture cannot be tested"
     if shutil.which("openssl") is None:
@@ -109,11 +101,7 @@ def _environment_skip_reason() -> str | None:
     return None
 
 
-_SKIP = _environment_skip_reason()
-if _SKIP is not None:
-    if os.environ.get("ZEROTRACE_REQUIRE_KERNEL") == "1":
-        pytest.fail(_SKIP, pytrace=False)
-    pytest.skip(_SKIP, allow_module_level=True)
+require(ebpf_missing() or _tls_missing())
 
 
 @pytest.fixture(scope="module")

@@ -63,12 +63,9 @@ def http_span(ex: Exchange) -> dict[str, Any]:
         ATTR_OBSERVATION_POINT: ex.observation_point,
         ATTR_SOURCE_EVENTS: str(ex.source_events),
     }
-    # An SDK stops reading at `data: [DONE]` and may leave the chunked terminator unread; if
-    # the connection then closes, HTTP framing says "incomplete" while the stream was whole.
-    framing_error = None if llm is not None and llm.done else ex.error
-    error = (llm.error if llm is not None else None) or framing_error
+    error = _llm_error(ex)
     # A capture gap leaves the exchange fine and only our view of it short: not a failure.
-    failed = framing_error is not None or (llm is not None and llm.failed)
+    failed = _framing_error(ex) is not None or (llm is not None and llm.failed)
     if ex.gap:
         attributes[ATTR_CAPTURE_GAP] = "true"
     if response is not None:
@@ -163,10 +160,12 @@ def llm_request(ex: Exchange) -> dict[str, Any] | None:
     }
 
 
+def _framing_error(ex: Exchange) -> str | None:
+    """The HTTP framing's complaint, unless the stream inside reached its final event: an SDK
+    stops reading at `data: [DONE]` and may leave the chunked terminator unread, and if the
+    connection then closes, framing says "incomplete" while the stream was whole."""
+    return None if ex.llm is not None and ex.llm.done else ex.error
+
+
 def _llm_error(ex: Exchange) -> str | None:
-    """The request's error as the LLM sees it: a stream that reached its final event is whole
-    even when the HTTP message around it was not read to its end."""
-    llm = ex.llm
-    if llm is not None and llm.done:
-        return llm.error
-    return (llm.error if llm is not None else None) or ex.error
+    return (ex.llm.error if ex.llm is not None else None) or _framing_error(ex)

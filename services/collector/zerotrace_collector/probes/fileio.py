@@ -8,13 +8,13 @@ so the module imports (and ``program_text()`` works) on hosts without bcc.
 from __future__ import annotations
 
 import ctypes
-import importlib
 import os
 import re
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
+from .bcc_loader import ProbeUnavailable, bcc_for, compile_program
 from .fileio_decode import FileOpenSample, MalformedEvent, decode_file_open
 
 __all__ = ["FileOpenProbe", "ProbeUnavailable"]
@@ -28,10 +28,6 @@ STAT_INFLIGHT_FULL: Final = 1
 
 _TRACEPOINTS: Final = (("syscalls", "sys_enter_openat"), ("syscalls", "sys_exit_openat"))
 _RINGBUF_MIN_KERNEL: Final = (5, 8)
-
-
-class ProbeUnavailable(RuntimeError):
-    """The probe cannot run on this host; ``str(exc)`` is one actionable line."""
 
 
 def _kernel_version() -> tuple[int, int]:
@@ -116,32 +112,12 @@ class FileOpenProbe:
         """Compile ``fileio.c`` and attach it; raise :class:`ProbeUnavailable` on any failure."""
         if self._bpf is not None:
             return
-        if os.geteuid() != 0:
-            raise ProbeUnavailable(f"file-open probe needs root (running as uid {os.geteuid()})")
-        try:
-            BPF: Any = importlib.import_module("bcc").BPF  # untyped; keep it lazy
-        except ImportError as exc:
-            raise ProbeUnavailable(
-                f"bcc is not importable ({exc}); run scripts/setup-ebpf.sh <venv> as root"
-            ) from exc
-        release = os.uname().release
-        if not Path(f"/lib/modules/{release}/build").exists():
-            raise ProbeUnavailable(
-                f"kernel headers missing for {release} (/lib/modules/{release}/build); "
-                "run scripts/setup-ebpf.sh as root"
-            )
-        for category, event in _TRACEPOINTS:
-            if not BPF.tracepoint_exists(category, event):
-                raise ProbeUnavailable(
-                    f"tracepoint {category}:{event} not found (tracefs not mounted or "
-                    "CONFIG_FTRACE_SYSCALLS unset); run scripts/setup-ebpf.sh as root"
-                )
-        text = self._source()
-        try:
-            bpf = BPF(text=text.encode(), cflags=self.cflags())
-        except Exception as exc:  # bcc raises bare Exception for compile/load/attach
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ProbeUnavailable(f"loading {self.source_path} failed: {first[:200]}") from exc
+        bpf = compile_program(
+            bcc_for("file-open probe", _TRACEPOINTS),
+            self._source(),
+            self.cflags(),
+            self.source_path,
+        )
         try:
             events = bpf[EVENTS_MAP]
             if self.use_perfbuf:

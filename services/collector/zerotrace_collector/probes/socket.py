@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import importlib
 import os
 import re
 import time
@@ -24,7 +23,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from ..proc_net import UNKNOWN, Endpoints, ProcNet
-from .fileio import ProbeUnavailable
+from .bcc_loader import ProbeUnavailable, bcc_for, compile_program, first_line
 from .socket_decode import (
     ConnKind,
     ConnSample,
@@ -223,37 +222,20 @@ class SocketProbe:
         """
         if self._bpf is not None:
             return
-        if os.geteuid() != 0:
-            raise ProbeUnavailable(f"socket probe needs root (running as uid {os.geteuid()})")
-        try:
-            BPF: Any = importlib.import_module("bcc").BPF  # untyped; keep it lazy
-        except ImportError as exc:
-            raise ProbeUnavailable(
-                f"bcc is not importable ({exc}); run scripts/setup-ebpf.sh <venv> as root"
-            ) from exc
-        release = os.uname().release
-        if not Path(f"/lib/modules/{release}/build").exists():
-            raise ProbeUnavailable(
-                f"kernel headers missing for {release} (/lib/modules/{release}/build); "
-                "run scripts/setup-ebpf.sh as root"
-            )
-        for name in _SYSCALLS:
-            for event in (f"sys_enter_{name}", f"sys_exit_{name}"):
-                if not BPF.tracepoint_exists("syscalls", event):
-                    raise ProbeUnavailable(
-                        f"tracepoint syscalls:{event} not found (tracefs not mounted or "
-                        "CONFIG_FTRACE_SYSCALLS unset); run scripts/setup-ebpf.sh as root"
-                    )
+        bpf_class = bcc_for(
+            "socket probe",
+            [
+                ("syscalls", f"sys_{edge}_{name}")
+                for name in _SYSCALLS
+                for edge in ("enter", "exit")
+            ],
+        )
         self.notes = []
         if self.want_tls and self.libssl is None:
             self.libssl = find_libssl()
             if self.libssl is None:
                 self.notes.append("libssl not found: TLS capture off, syscall capture on")
-        try:
-            bpf = BPF(text=self._source().encode(), cflags=self.cflags())
-        except Exception as exc:  # bcc raises bare Exception for compile/load/attach
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ProbeUnavailable(f"loading {self.source_path} failed: {first[:200]}") from exc
+        bpf = compile_program(bpf_class, self._source(), self.cflags(), self.source_path)
         try:
             bpf[EVENTS_MAP].open_ring_buffer(self._on_ring_event)
         except Exception as exc:
@@ -279,8 +261,9 @@ class SocketProbe:
                 for detach in (bpf.detach_uprobe, bpf.detach_uretprobe):
                     with contextlib.suppress(Exception):
                         detach(name=lib, sym=sym.encode(), pid=pid)
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            self.notes.append(f"uprobe on {self.libssl} failed ({first[:120]}): TLS capture off")
+            self.notes.append(
+                f"uprobe on {self.libssl} failed ({first_line(exc, 120)}): TLS capture off"
+            )
             return False
         return True
 

@@ -1,0 +1,55 @@
+"""What every bcc-based probe does before and around its own program: check that this host
+can run it (root, bcc, kernel headers, tracepoints), compile it, and say in one line why not.
+
+bcc is imported lazily, so the probe modules import on hosts without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+class ProbeUnavailable(RuntimeError):
+    """The probe cannot run on this host; ``str(exc)`` is one actionable line."""
+
+
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """bcc's errors are compiler output, many lines long; the first one says what broke."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:limit]
+
+
+def bcc_for(what: str, tracepoints: Iterable[tuple[str, str]]) -> Any:
+    """bcc's BPF class, once root, bcc, kernel headers and every tracepoint are there."""
+    if os.geteuid() != 0:
+        raise ProbeUnavailable(f"{what} needs root (running as uid {os.geteuid()})")
+    try:
+        bpf_class: Any = importlib.import_module("bcc").BPF  # untyped; keep it lazy
+    except ImportError as exc:
+        raise ProbeUnavailable(
+            f"bcc is not importable ({exc}); run scripts/setup-ebpf.sh <venv> as root"
+        ) from exc
+    release = os.uname().release
+    if not Path(f"/lib/modules/{release}/build").exists():
+        raise ProbeUnavailable(
+            f"kernel headers missing for {release} (/lib/modules/{release}/build); "
+            "run scripts/setup-ebpf.sh as root"
+        )
+    for category, event in tracepoints:
+        if not bpf_class.tracepoint_exists(category, event):
+            raise ProbeUnavailable(
+                f"tracepoint {category}:{event} not found (tracefs not mounted or "
+                "CONFIG_FTRACE_SYSCALLS unset); run scripts/setup-ebpf.sh as root"
+            )
+    return bpf_class
+
+
+def compile_program(bpf_class: Any, text: str, cflags: list[str], source: Path) -> Any:
+    """Compile, load and auto-attach the program (bcc raises bare Exception for all three)."""
+    try:
+        return bpf_class(text=text.encode(), cflags=cflags)
+    except Exception as exc:
+        raise ProbeUnavailable(f"loading {source} failed: {first_line(exc)}") from exc
