@@ -1,0 +1,81 @@
+"""What the symbolizer knows of one live process: its identity, its maps, its frames.
+
+Identity is (pid, start time): /proc/PID/stat field 22 never changes for a process and
+differs for the next process that gets the same pid. Re-reading stat on every stack would
+cost a few microseconds per stack, so where it can the state also holds a pidfd: polling
+it (zero timeout) says whether *this* process has exited, and only then is stat read again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+from collections.abc import Callable
+
+from zerotrace_collector.symbols.elf_symbols import ElfImage
+from zerotrace_collector.symbols.proc_maps import MapIndex, Mapping
+
+__all__ = ["ProcessState"]
+
+# Frames remembered per process: a hot loop's stacks repeat the same few hundred addresses;
+# the bound stops a process with a JIT or garbage addresses from growing it without end.
+FRAME_CACHE_SIZE = 8192
+
+
+class ProcessState:
+    """Maps and caches of one process. Owned by the Symbolizer; not thread-safe."""
+
+    __slots__ = ("_poll", "frames", "images", "maps", "maps_read_at", "pid", "pidfd", "start_time")
+
+    def __init__(self, pid: int, start_time: int | None, maps: MapIndex, now: float) -> None:
+        self.pid = pid
+        self.start_time = start_time
+        self.maps = maps
+        self.maps_read_at = now
+        self.images: dict[int, ElfImage | None] = {}
+        """Mapping start -> the ELF image of the file mapped there (None: unusable)."""
+        self.frames: dict[int, str] = {}
+        self.pidfd: int | None = None
+        self._poll: select.poll | None = None
+
+    def watch(self, pidfd: int) -> None:
+        """Take ownership of a pidfd for this process (closed by :meth:`close`)."""
+        self.pidfd = pidfd
+        self._poll = select.poll()
+        self._poll.register(pidfd, select.POLLIN)
+
+    def exited(self) -> bool | None:
+        """True once the process has exited, False while it runs, None when unwatched."""
+        if self._poll is None:
+            return None
+        return bool(self._poll.poll(0))
+
+    def replace_maps(self, maps: MapIndex, now: float) -> None:
+        """New maps (a dlopen, an munmap): forget what was learnt from the old ones, since
+        an address may now belong to another file."""
+        self.maps = maps
+        self.maps_read_at = now
+        self.images.clear()
+        self.frames.clear()
+
+    def remember(self, address: int, frame: str) -> None:
+        if len(self.frames) >= FRAME_CACHE_SIZE:
+            self.frames.clear()
+        self.frames[address] = frame
+
+    def image(
+        self, mapping: Mapping, resolve: Callable[[Mapping], ElfImage | None]
+    ) -> ElfImage | None:
+        try:
+            return self.images[mapping.start]
+        except KeyError:
+            image = self.images[mapping.start] = resolve(mapping)
+            return image
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.pidfd)
+            self.pidfd = None
+            self._poll = None

@@ -1,0 +1,159 @@
+"""ELF symbol tables and file-offset translation, on files built here with gcc and checked
+against binutils (nm) and the ELF program headers."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from tests.unit.native_programs import (
+    CPP_LIB,
+    build_library,
+    build_target,
+    have_compilers,
+    nm_symbols,
+    split_debug,
+    stripped,
+)
+from zerotrace_collector.symbols.elf_cache import ElfCache, file_key
+from zerotrace_collector.symbols.elf_symbols import ElfError, load_elf, parse_elf
+
+pytestmark = pytest.mark.skipif(not have_compilers(), reason="needs gcc, g++ and binutils")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("elf")
+
+
+def _file_offset(path: Path, vaddr: int) -> int:
+    """The oracle for vaddr -> file offset: pyelftools' own view of the PT_LOAD headers."""
+    with open(path, "rb") as f:
+        for seg in ELFFile(f).iter_segments():
+            if seg["p_type"] == "PT_LOAD" and 0 <= vaddr - seg["p_vaddr"] < seg["p_filesz"]:
+                return int(vaddr - seg["p_vaddr"] + seg["p_offset"])
+    raise AssertionError(f"{vaddr:#x} in no segment")
+
+
+def test_every_sized_function_covers_exactly_its_bytes(built: Path) -> None:
+    lib = build_library(built)
+    image = load_elf(str(lib))
+    assert image.source == "symtab"
+    truth = nm_symbols(lib)
+    checked = 0
+    for name, (vaddr, size) in truth.items():
+        if size == 0 or name.startswith("_"):
+            continue
+        offset = _file_offset(lib, vaddr)
+        assert image.symbol_at(offset) == name
+        assert image.symbol_at(offset + size - 1) == name
+        assert image.symbol_at(offset + size) != name
+        checked += 1
+    assert checked >= 3  # zt_lib_fn, zt_lib_static, zt_report at least
+    assert {"zt_lib_fn", "zt_lib_static", "zt_report"} <= set(truth)
+
+
+def test_a_symbol_without_size_runs_to_the_next_symbol(built: Path) -> None:
+    lib = build_library(built, "libzt_asm.so")
+    truth = nm_symbols(lib)
+    start, size = truth["zt_asm_label"]
+    assert size == 0
+    image = load_elf(str(lib))
+    nxt = min(v for v, _ in truth.values() if v > start)
+    assert image.symbols.lookup(start + 4) == "zt_asm_label"  # the 5th byte: ret
+    assert image.symbols.lookup(nxt - 1) == "zt_asm_label"
+    assert image.symbols.lookup(nxt) != "zt_asm_label"
+
+
+def test_stripped_library_keeps_only_its_exports(built: Path) -> None:
+    full = build_library(built, "libzt_full.so")
+    lib = stripped(full, "libzt_stripped.so")
+    image = load_elf(str(lib))
+    assert image.source == "dynsym"
+    truth = nm_symbols(full)
+    assert image.symbol_at(_file_offset(full, truth["zt_lib_fn"][0])) == "zt_lib_fn"
+    assert image.symbol_at(_file_offset(full, truth["zt_lib_static"][0])) is None
+
+
+def test_executables_position_dependent_and_pie(built: Path) -> None:
+    for name, flags in (("zt_nopie", ("-no-pie",)), ("zt_pie", ("-pie", "-fPIE"))):
+        exe = build_target(built, name, *flags)
+        image = load_elf(str(exe))
+        truth = nm_symbols(exe)
+        for fn in ("zt_alpha", "zt_beta", "main"):
+            vaddr = truth[fn][0]
+            assert image.vaddr_of(_file_offset(exe, vaddr)) == vaddr
+            assert image.symbol_at(_file_offset(exe, vaddr) + 1) == fn
+        # A stripped executable has nothing for its own functions: no guessing.
+        bare = load_elf(str(stripped(exe, name + "_stripped")))
+        assert bare.symbol_at(_file_offset(exe, truth["zt_alpha"][0])) is None
+    assert load_elf(str(built / "zt_nopie")).vaddr_of(10**12) is None
+
+
+def test_cpp_names_are_demangled(built: Path) -> None:
+    lib = build_library(built, "libzt_cpp.so", CPP_LIB, cpp=True)
+    image = load_elf(str(lib))
+    vaddr = next(v for name, (v, _) in nm_symbols(lib).items() if "5twice" in name)
+    assert image.symbol_at(_file_offset(lib, vaddr)) == "zt::twice(int)"
+
+
+def test_build_id_and_debug_file(built: Path) -> None:
+    lib = build_library(built, "libzt_split.so")
+    truth = nm_symbols(lib)
+    before = load_elf(str(lib))
+    assert before.build_id and len(before.build_id) == 40
+    debug_root = built / "debug"
+    bid = before.build_id
+    split_debug(lib, debug_root / ".build-id" / bid[:2] / (bid[2:] + ".debug"))
+    static_offset = _file_offset(lib, truth["zt_lib_static"][0])
+    assert load_elf(str(lib)).symbol_at(static_offset) is None  # stripped now
+    counts: Counter[str] = Counter()
+    cache = ElfCache(counts, debug_root=str(debug_root))
+    key = file_key(lib.stat())
+    image = cache.get(key, str(lib), str(lib))
+    assert image is not None and image.symbol_at(static_offset) == "zt_lib_static"
+    assert cache.get(key, str(lib), str(lib)) is image
+    assert counts == Counter({"elf_loaded": 1, "debug_file_used": 1})
+
+
+def test_cache_is_bounded_and_counts_failures(built: Path) -> None:
+    counts: Counter[str] = Counter()
+    cache = ElfCache(counts, max_files=2)
+    libs = [build_library(built, f"libzt_lru{i}.so") for i in range(3)]
+    for lib in libs:
+        assert cache.get(file_key(lib.stat()), str(lib), str(lib)) is not None
+    assert len(cache) == 2 and counts["elf_evicted"] == 1
+    text = built / "not_elf.txt"
+    text.write_text("hello")
+    assert cache.get(file_key(text.stat()), str(text), str(text)) is None
+    assert cache.get(file_key(text.stat()), str(text), str(text)) is None  # remembered
+    assert counts["bad_elf"] == 1
+    gone = built / "gone.so"
+    assert cache.get(file_key(text.stat())._replace(inode=1), str(gone), str(gone)) is None
+    assert counts["unreadable_file"] == 1
+    tiny = ElfCache(counts, max_bytes=1)
+    for lib in libs:
+        tiny.get(file_key(lib.stat()), str(lib), str(lib))
+    assert len(tiny) == 1  # the newest always stays
+
+
+@pytest.mark.parametrize("data", [b"", b"hello world", b"\x7fELF\x02\x01\x01" + b"\0" * 9])
+def test_not_an_elf_raises_elf_error(data: bytes) -> None:
+    with pytest.raises(ElfError):
+        parse_elf(io.BytesIO(data))
+
+
+def test_truncated_elf_raises_elf_error(built: Path) -> None:
+    lib = build_library(built, "libzt_cut.so")
+    data = lib.read_bytes()
+    for cut in (64, 1000, len(data) // 2):
+        try:
+            image = parse_elf(io.BytesIO(data[:cut]))
+        except ElfError:
+            continue
+        # Headers may survive a cut; then whatever is left must still be consistent.
+        assert image.symbol_at(0) is None or isinstance(image.symbol_at(0), str)
