@@ -1,53 +1,88 @@
+"""Tumbling windows with per-series watermarks: closing, lateness, the record shape."""
+
 from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from zerotrace_profiler_agg.windows import WindowFolder
+from zerotrace_profiler_agg.windows import Key, Series, Windows, folded, record_order
 
 S = 1_000_000_000
+A: Series = ("n", 1, "stack")
+B: Series = ("n", 2, "stack")
+KEY_A: Key = ("n", "svc", 1, "ON_CPU")
+KEY_B: Key = ("n", "svc", 2, "ON_CPU")
 
 
-def sample(ts: int, frames: list[str], weight: int = 1, service: str = "train") -> dict[str, Any]:
-    return {
+def feed(
+    w: Windows, series: Series, key: Key, ts: int, stack: str = "thread:1;x", weight: int = 1
+) -> list[dict[str, Any]]:
+    if w.observe(series, ts):
+        w.count_late(series, key)
+    else:
+        w.add(series, key, ts, stack, weight)
+    return w.close_due(series)
+
+
+def test_a_window_closes_when_its_series_passes_end_plus_lateness() -> None:
+    w = Windows(width_ns=10 * S, lateness_ns=2 * S)
+    assert feed(w, A, KEY_A, 1 * S) == []
+    assert feed(w, A, KEY_A, 2 * S, weight=2) == []
+    assert feed(w, A, KEY_A, 11 * S, "thread:1;y") == []  # still within the lateness
+    [closed] = feed(w, A, KEY_A, 12 * S, "thread:1;y")
+    assert closed == {
+        "window_id": "n/svc/1/ON_CPU/0",
         "node_id": "n",
-        "process_name": service,
+        "service": "svc",
+        "pid": 1,
         "profile_type": "ON_CPU",
-        "ts_ns": ts,
-        "weight": weight,
-        "frames": frames,
+        "window_start_ns": 0,
+        "window_end_ns": 10 * S,
+        "stacks": {"thread:1;x": 3},
+        "samples": 2,
+        "dropped": 0,
     }
 
 
-def test_windows_close_after_lateness_and_fold_stacks() -> None:
-    folder = WindowFolder(width_ns=10 * S, lateness_ns=2 * S)
-    assert folder.add(sample(1 * S, ["main", "step"])) == []
-    assert folder.add(sample(2 * S, ["main", "step"], weight=2)) == []
-    assert folder.add(sample(11 * S, ["main", "io"])) == []  # window 0 still open (lateness)
-    [closed] = folder.add(sample(12 * S, ["main", "io"]))
-    assert closed["window_start_ns"] == 0 and closed["window_end_ns"] == 10 * S
-    assert closed["stacks"] == {"main;step": 3}
-    assert closed["samples"] == 2
-    assert folder.add(sample(3 * S, ["late"])) == []
-    assert folder.late_samples == 1
-    [rest] = folder.flush()
-    assert rest["stacks"] == {"main;io": 2}
+def test_late_records_are_counted_in_the_window_that_holds_the_watermark() -> None:
+    w = Windows(width_ns=10 * S, lateness_ns=0)
+    feed(w, A, KEY_A, 5 * S)
+    assert len(feed(w, A, KEY_A, 15 * S)) == 1
+    assert feed(w, A, KEY_A, 3 * S) == []  # window 0 is out already
+    [last] = w.close_all(A)
+    assert (last["window_start_ns"], last["samples"], last["dropped"]) == (10 * S, 1, 1)
 
 
-@settings(max_examples=100, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.integers(0, 60), st.sampled_from(["a", "b", "c"]), st.integers(1, 5)),
-        max_size=60,
+def test_series_have_their_own_watermarks() -> None:
+    w = Windows(width_ns=10 * S, lateness_ns=0)
+    feed(w, A, KEY_A, 1 * S)
+    feed(w, B, KEY_B, 50 * S)  # far ahead in another process: closes nothing of A
+    assert feed(w, A, KEY_A, 2 * S) == []
+    assert w.mark(A) == 2 * S
+    assert [r["pid"] for r in feed(w, A, KEY_A, 10 * S)] == [1]
+
+
+def test_a_forgotten_series_keeps_its_watermark() -> None:
+    w = Windows(width_ns=10 * S, lateness_ns=0)
+    feed(w, A, KEY_A, 1 * S)
+    w.raise_mark(A, 30 * S)
+    assert len(w.close_due(A)) == 1
+    w.forget(A)
+    assert not w.has_open(A)
+    assert w.observe(A, 5 * S)  # window 0 was emitted: late, not a second record
+
+
+def test_folded_stacks_keep_the_frame_format() -> None:
+    assert folded(["thread:4", "py:f (a.py:1)", "native:x;y [lib.so]"], 4) == (
+        "thread:4;py:f (a.py:1);native:x:y [lib.so]"
     )
-)
-def test_in_order_input_loses_no_weight(events: list[tuple[int, str, int]]) -> None:
-    folder = WindowFolder(width_ns=10 * S, lateness_ns=0)
-    out = []
-    for ts, frame, weight in sorted(events):
-        out += folder.add(sample(ts * S, [frame], weight))
-    out += folder.flush()
-    assert sum(sum(w["stacks"].values()) for w in out) == sum(w for _, _, w in events)
-    assert folder.late_samples == 0
+    assert folded([], 9) == "thread:9"
+
+
+def test_records_are_ordered_by_window_then_key() -> None:
+    w = Windows(width_ns=10 * S, lateness_ns=0)
+    for ts, key in ((25 * S, KEY_B), (3 * S, KEY_B), (4 * S, KEY_A)):
+        w.observe(A, ts)
+        w.add(A, key, ts, "s", 1)
+    out = w.close_all(A)
+    assert [(r["window_start_ns"], r["pid"]) for r in out] == [(0, 1), (0, 2), (20 * S, 2)]
+    assert out == sorted(out, key=record_order)

@@ -1,51 +1,45 @@
-"""profiler-agg as a faust worker: raw.stack -> WindowFolder -> derived.profile.
+"""profiler-agg as a faust worker: raw.stack + raw.gpu -> ProfileStep -> derived.profile.
 
-No probe produces raw.stack yet (that is the profiling issue); the worker runs so that the
-topology is complete and the fold is exercised by tests through the same step.
+One agent over both topics and one timer share ONE step, so the live-allocation table and the
+windows are in one place. faust runs agents and timers on one event loop, so the step is never
+entered twice at once.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from zerotrace import names
+from zerotrace import settings
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
-from zerotrace.deadletter import dead_letter
-from zerotrace.errors import PoisonInput
 from zerotrace.faust_shell import bus_message, make_faust_app
 from zerotrace.schema_registry_kafka import KafkaSchemaRegistry
 from zerotrace.schemas import load_schema_dir
-from zerotrace_profiler_agg.windows import WindowFolder
+from zerotrace_profiler_agg.profile_step import CONSUMER, INPUT_TOPICS, Output, ProfileStep
+from zerotrace_profiler_agg.settings import ProfilerAggSettings
 
 
-def build_app(bootstrap: str) -> Any:
-    app = make_faust_app(names.GROUP_PROFILER_AGG, bootstrap)
+def build_app(bootstrap: str, agg: ProfilerAggSettings | None = None) -> Any:
+    app = make_faust_app(CONSUMER, bootstrap)
     codec = AvroCodec(load_schema_dir(), KafkaSchemaRegistry(bootstrap))
-    folder = WindowFolder()
+    step = ProfileStep(codec, agg or settings.load(ProfilerAggSettings))
     clock = SystemClock()
-    samples = app.topic(names.RAW_STACK.name)
-    profiles = app.topic(names.DERIVED_PROFILE.name)
-    dlq = app.topic(names.DEAD_LETTER.name)
+    raw = app.topic(*INPUT_TOPICS)
+    topics: dict[str, Any] = {}
 
-    @app.agent(samples, name="fold")
+    async def send(outputs: list[Output]) -> None:
+        for out in outputs:
+            topic = topics.setdefault(out.topic, app.topic(out.topic))
+            await topic.send(key=out.key, value=out.value)
+
+    @app.agent(raw, name="fold")
     async def fold(stream: Any) -> None:
         async for event in stream.events():
-            message = bus_message(event.message)
-            try:
-                record, datum = codec.decode(message.value)
-                if record != names.RAW_STACK.record:
-                    raise PoisonInput(f"{message.topic} carries {record}")
-            except PoisonInput as exc:
-                _t, key, value = dead_letter(
-                    codec, message, names.GROUP_PROFILER_AGG, exc.reason, clock.now_ns()
-                )
-                await dlq.send(key=key, value=value)
-                continue
-            for window in folder.add(datum):
-                await profiles.send(
-                    key=window["service"].encode(),
-                    value=codec.encode(names.DERIVED_PROFILE.record, window),
-                )
+            await send(step.process(bus_message(event.message)))
 
+    @app.timer(interval=1.0)
+    async def tick() -> None:
+        await send(step.tick(clock.now_ns()))
+
+    app.zerotrace_step = step
     return app

@@ -1,0 +1,109 @@
+"""The whole fold: decoded raw.stack and raw.gpu records in, derived.profile records out (pure).
+
+ON_CPU, OFF_CPU and GPU_TIME come from raw.stack, summed per stack (samples, ns blocked, ns on
+the GPU); the GPU profile types come from raw.gpu (gpu_fold.py). Windows, keys and lateness as
+in windows.py.
+
+Contract: the same records in the same order give the same output records in the same order
+(each batch is sorted), whichever shell drives the fold; time moves only with event times,
+`tick(now_ns)` (a quiet input) and `flush()` (the end). Records that can never be folded raise
+PoisonInput before changing any state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+from zerotrace.errors import PoisonInput
+from zerotrace_profiler_agg.gpu_fold import GpuFold
+from zerotrace_profiler_agg.gpu_memory import LiveAllocations
+from zerotrace_profiler_agg.settings import MS, ProfilerAggSettings
+from zerotrace_profiler_agg.windows import Key, Series, Windows, folded, record_order
+
+# The types a stack sample may carry; the GPU memory and launch profiles are built from raw.gpu
+# calls, and a sample claiming one would make a second window with the same id.
+STACK_TYPES = frozenset({"ON_CPU", "OFF_CPU", "GPU_TIME"})
+
+
+class ProfileFold:
+    def __init__(self, settings: ProfilerAggSettings | None = None) -> None:
+        s = settings or ProfilerAggSettings()
+        self.windows = Windows(s.window_ms * MS, s.lateness_ms * MS)
+        self.table = LiveAllocations(s.live_allocations)
+        self.gpu = GpuFold(self.windows, self.table, s.quiet_windows)
+        self._tick_lag_ns = s.tick_lag_ms * MS
+        self._input_since_tick = False
+        self.samples = 0
+        self.late_samples = 0
+
+    def add_stack(self, sample: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """One raw.stack datum; returns the derived.profile data it completed, sorted."""
+        profile_type, weight = str(sample["profile_type"]), int(sample["weight"])
+        if profile_type not in STACK_TYPES:
+            raise PoisonInput(f"a stack sample of type {profile_type}: those come from raw.gpu")
+        if weight < 0:
+            raise PoisonInput(f"a stack sample with a negative weight ({weight})")
+        self._input_since_tick = True
+        self.samples += 1
+        node, pid, ts = sample["node_id"], int(sample["pid"]), int(sample["ts_ns"])
+        series: Series = (node, pid, "stack")
+        key: Key = (node, sample["process_name"], pid, profile_type)
+        if self.windows.observe(series, ts):
+            self.late_samples += 1
+            self.windows.count_late(series, key)
+        else:
+            stack = folded(sample["frames"], int(sample["tid"]))
+            self.windows.add(series, key, ts, stack, weight)
+        return self.windows.close_due(series)
+
+    def add_gpu(self, call: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """One raw.gpu datum; returns the derived.profile data it completed, sorted."""
+        if int(call["size"]) < 0:
+            raise PoisonInput(f"a GPU call of {call['api']} with a negative size")
+        self._input_since_tick = True
+        return sorted(self.gpu.add(call), key=record_order)
+
+    def tick(self, now_ns: int) -> list[dict[str, Any]]:
+        """Called by a shell about once a second with the clock. When no record came since the
+        previous tick, every series' event time moves up to now_ns minus the tick lag, so the
+        last windows of a quiet input close. While records come, their times rule alone."""
+        if self._input_since_tick:
+            self._input_since_tick = False
+            return []
+        out = []
+        for series in self.windows.series():
+            if self.windows.mark(series) < now_ns - self._tick_lag_ns:
+                self.windows.raise_mark(series, now_ns - self._tick_lag_ns)
+            out += self._settle(series, final=False)
+        return sorted(out, key=record_order)
+
+    def flush(self) -> list[dict[str, Any]]:
+        """End of input: every open window and every snapshot still due."""
+        out = []
+        for series in self.windows.series():
+            out += self._settle(series, final=True)
+        return sorted(out, key=record_order)
+
+    def counters(self) -> dict[str, int]:
+        return {
+            "samples": self.samples,
+            "late_samples": self.late_samples,
+            "live_allocations": len(self.table),
+            **{f"gpu_{name}": value for name, value in asdict(self.gpu.counters).items()},
+        }
+
+    def _settle(self, series: Series, final: bool) -> list[dict[str, Any]]:
+        """Close what is due in one series (everything when final) and forget the series'
+        state once nothing of it is left open."""
+        if series[2] == "gpu":
+            out = self.gpu.flush(series) if final else self.gpu.advance(series)
+            if self.gpu.idle(series):
+                self.gpu.forget(series)
+            return out
+        w = self.windows
+        out = w.close_all(series) if final else w.close_due(series)
+        if not w.has_open(series):
+            w.forget(series)
+        return out
