@@ -138,3 +138,21 @@ def speedscope_schema() -> dict[str, Any]:
         tarball.unlink()
     schema: dict[str, Any] = json.load(io.BytesIO(cached.read_bytes()))
     return schema
+
+
+def index_profiles(store: Any, codec: Any, windows: list[dict[str, Any]], group: str) -> int:
+    """Through the real path: Avro-encoded derived.profile records on the in-process bus, a
+    fresh Indexer (its own consumer group) into the store. Returns how many were indexed."""
+    from tests.unit.test_llm_query_documents import index_all
+    from zerotrace import names
+    from zerotrace.bus_memory import InMemoryBroker
+
+    broker = InMemoryBroker()
+    broker.ensure_topics()
+    producer = broker.producer()
+    for window in windows:
+        value = codec.encode(names.DERIVED_PROFILE.record, window)
+        producer.produce(names.DERIVED_PROFILE.name, window["service"].encode(), value)
+    indexer = index_all(broker, store, codec, group)
+    assert indexer.dead_letters == 0
+    return int(indexer.indexed)

@@ -23,6 +23,7 @@ from tests.unit.profile_data import (
 from zerotrace_query.flame_graph import (
     FlameFilter,
     FlameNode,
+    Stack,
     build_tree,
     diff_stacks,
     diff_tree,
@@ -132,8 +133,8 @@ def test_every_node_total_is_self_plus_children(stacks: dict[tuple[str, ...], in
 
 
 def test_diff_scales_the_base_and_shows_growth() -> None:
-    base = {("a", "b"): 10, ("a", "c"): 10}
-    target = {("a", "b"): 30, ("a", "c"): 10, ("a", "d"): 0}
+    base: dict[Stack, int] = {("a", "b"): 10, ("a", "c"): 10}
+    target: dict[Stack, int] = {("a", "b"): 30, ("a", "c"): 10, ("a", "d"): 0}
     diff = diff_stacks(base, target, normalize=False)
     tree = diff_tree(diff)
     a = tree["children"][0]
@@ -147,7 +148,9 @@ def test_diff_scales_the_base_and_shows_growth() -> None:
 
 
 def test_diff_keeps_stacks_only_in_the_base() -> None:
-    tree = diff_tree(diff_stacks({("x", "gone"): 4}, {("x", "new"): 4}))
+    gone: dict[Stack, int] = {("x", "gone"): 4}
+    new: dict[Stack, int] = {("x", "new"): 4}
+    tree = diff_tree(diff_stacks(gone, new))
     names: dict[str, Any] = {c["name"]: c for c in tree["children"][0]["children"]}
     assert names["gone"]["total"] == 0 and names["gone"]["delta"] == -4
     assert names["new"]["base_total"] == 0 and names["new"]["delta"] == 4

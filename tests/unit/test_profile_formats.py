@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # no stubs in the venv
 import pytest
 
 from tests.unit.profile_data import (

@@ -64,7 +64,23 @@ LLM_REQUESTS = IndexSpec(
     time_field="start_ns",
 )
 
-INDEX_SPECS = (SPANS, LLM_REQUESTS)
+PROFILES = IndexSpec(
+    name=names.INDEX_PROFILES,
+    fields={
+        "window_id": "keyword",
+        "node_id": "keyword",
+        "service": "keyword",
+        "pid": "long",
+        "profile_type": "keyword",
+        "window_start_ns": "long",
+        "window_end_ns": "long",
+        "samples": "long",
+        "dropped": "long",
+    },
+    time_field="window_start_ns",
+)
+
+INDEX_SPECS = (SPANS, LLM_REQUESTS, PROFILES)
 LLM_STATUS_OK = "ok"
 LLM_STATUS_ERROR = "error"
 
@@ -85,6 +101,16 @@ def llm_document(request: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     return str(request["request_id"]), doc
 
 
+def profile_document(window: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(document id, document). The id is the window id (deterministic), so a replay replaces.
+    The stacks map becomes a list of {"stack", "weight"}: folded stacks are free text with '.'
+    in them, and a map keyed by them would be read by OpenSearch as object paths."""
+    doc = dict(window)
+    stacks = window.get("stacks") or {}
+    doc["stacks"] = [{"stack": str(k), "weight": int(v)} for k, v in sorted(stacks.items())]
+    return str(window["window_id"]), doc
+
+
 def document_for(record: str, datum: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """(index name, id, document) for a derived record; PoisonInput for any other record."""
     if record == names.DERIVED_SPAN.record:
@@ -93,4 +119,7 @@ def document_for(record: str, datum: Mapping[str, Any]) -> tuple[str, str, dict[
     if record == names.DERIVED_LLM.record:
         doc_id, doc = llm_document(datum)
         return LLM_REQUESTS.name, doc_id, doc
+    if record == names.DERIVED_PROFILE.record:
+        doc_id, doc = profile_document(datum)
+        return PROFILES.name, doc_id, doc
     raise PoisonInput(f"the query service does not index {record} yet")

@@ -1,6 +1,8 @@
-"""HTTP API: GET /api/v1/spans, /api/v1/llm/{requests,percentiles,concurrency} (JSON), the web
-page (GET /, /static/...), GET /healthz. Standard library server, one thread per request; the
-store does its own locking. Handlers only parse, call a pure function, and write JSON."""
+"""HTTP API: GET /api/v1/spans, /api/v1/llm/{requests,percentiles,concurrency} (JSON),
+/api/v1/profiles/{flamegraph,diff,catalog} (JSON, folded text, pprof, speedscope), the web
+pages (GET /, /flamegraph, /static/...), GET /healthz. Standard library server, one thread per
+request; the store does its own locking. Handlers only parse, call a pure function, and write
+the answer."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from urllib.parse import parse_qs, urlparse
 
 from zerotrace.errors import ZerotraceError
 from zerotrace.store import Store
+from zerotrace_query.flame_graph import FlameFilter
 from zerotrace_query.llm_search import (
     DEFAULT_LIST_LIMIT,
     DEFAULT_STATS_LIMIT,
@@ -24,6 +27,14 @@ from zerotrace_query.llm_search import (
     llm_percentiles,
 )
 from zerotrace_query.llm_stats import NS_PER_S
+from zerotrace_query.profile_formats import folded_text, pprof_bytes, speedscope_json
+from zerotrace_query.profile_search import (
+    base_filter,
+    flame_diff,
+    flame_graph,
+    merged_profile,
+    profile_catalog,
+)
 from zerotrace_query.span_search import SpanFilter, search_spans
 
 log = logging.getLogger(__name__)
@@ -95,6 +106,79 @@ def parse_llm_filter(query_string: str, stats: bool = False) -> LlmFilter:
     ).check()
 
 
+PROFILE_PARAMS = frozenset(
+    {"type", "from", "to", "node", "service", "pid", "thread", "frame", "group", "format"}
+)
+DIFF_PARAMS = PROFILE_PARAMS | {"base_from", "base_to"}
+PROFILE_FORMATS = ("json", "folded", "pprof", "speedscope")
+
+
+def parse_profile_query(
+    query_string: str, diff: bool = False
+) -> tuple[FlameFilter, dict[str, str]]:
+    """?type=&from=&to=&node=&service=&pid=&thread=&frame=&group=thread&format= (diff: also
+    base_from=&base_to=) -> (checked FlameFilter, all parameters); ValueError names the bad
+    one. from/to: ns since the epoch; type defaults to ON_CPU, format to json."""
+    try:
+        pairs = parse_qs(query_string, keep_blank_values=True, strict_parsing=bool(query_string))
+    except ValueError:
+        raise ValueError(f"malformed query string {query_string!r}") from None
+    params = {k: v[-1] for k, v in pairs.items()}
+    allowed = DIFF_PARAMS if diff else PROFILE_PARAMS
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise ValueError(
+            f"unknown query parameter {unknown[0]!r}; known: {', '.join(sorted(allowed))}"
+        )
+    for name in ("from", "to", "pid", "thread", "base_from", "base_to"):
+        try:
+            int(params.get(name) or 0)
+        except ValueError:
+            raise ValueError(f"query parameter {name!r} must be an integer") from None
+    if params.get("format", "json") not in PROFILE_FORMATS:
+        raise ValueError(f"'format' must be one of {', '.join(PROFILE_FORMATS)}")
+    if params.get("group", "") not in ("", "thread"):
+        raise ValueError("'group' may only be 'thread'")
+    flt = FlameFilter(
+        profile_type=params.get("type") or "ON_CPU",
+        node=params.get("node", ""),
+        service=params.get("service", ""),
+        pid=int(params.get("pid") or 0),
+        thread=int(params.get("thread") or 0),
+        frame=params.get("frame", ""),
+        by_thread=params.get("group") == "thread",
+        start_ns_from=int(params.get("from") or 0),
+        start_ns_to=int(params.get("to") or 0),
+    ).check()
+    return flt, params
+
+
+def profile_body(store: Store, query_string: str, route: str) -> tuple[bytes, str]:
+    """(body, content type) of a profile route; ValueError for a bad request."""
+    if route == "catalog":
+        flt, _ = parse_profile_query(query_string)
+        return json.dumps(profile_catalog(store, flt)).encode(), "application/json"
+    if route == "diff":
+        flt, params = parse_profile_query(query_string, diff=True)
+        base = base_filter(flt, int(params.get("base_from") or 0), int(params.get("base_to") or 0))
+        return json.dumps(flame_diff(store, base, flt)).encode(), "application/json"
+    flt, params = parse_profile_query(query_string)
+    fmt = params.get("format", "json")
+    if fmt == "json":
+        return json.dumps(flame_graph(store, flt)).encode(), "application/json"
+    merged, head = merged_profile(store, flt)
+    if fmt == "folded":
+        return folded_text(merged.stacks).encode(), "text/plain; charset=utf-8"
+    if fmt == "pprof":
+        duration = max(head["to_ns"] - head["from_ns"], 0)
+        data = pprof_bytes(merged.stacks, flt.profile_type, head["from_ns"], duration)
+        return data, "application/octet-stream"
+    name = f"{flt.service or 'all services'} {flt.profile_type}"
+    return speedscope_json(merged.stacks, flt.profile_type, name, flt.by_thread).encode(), (
+        "application/json"
+    )
+
+
 WEB_DIR = Path(__file__).resolve().parent / "web"
 # Every file the page needs, by URL path; nothing else under web/ is reachable.
 WEB_FILES = {
@@ -102,6 +186,14 @@ WEB_FILES = {
     "/index.html": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/static/style.css": ("style.css", "text/css; charset=utf-8"),
+    "/flamegraph": ("flamegraph.html", "text/html; charset=utf-8"),
+    "/static/flamegraph.js": ("flamegraph.js", "text/javascript; charset=utf-8"),
+    "/static/flamegraph.css": ("flamegraph.css", "text/css; charset=utf-8"),
+}
+PROFILE_ROUTES = {
+    "/api/v1/profiles/flamegraph": "flamegraph",
+    "/api/v1/profiles/diff": "diff",
+    "/api/v1/profiles/catalog": "catalog",
 }
 LLM_ROUTES: dict[str, tuple[bool, Callable[[Store, LlmFilter], dict[str, Any]]]] = {
     "/api/v1/llm/requests": (False, list_llm_requests),
@@ -144,11 +236,21 @@ def make_handler(store: Store) -> type[BaseHTTPRequestHandler]:
                     self._send(503, {"error": str(exc)})
                     return
                 self._send(200, body)
+            elif url.path in PROFILE_ROUTES:
+                try:
+                    data, content_type = profile_body(store, url.query, PROFILE_ROUTES[url.path])
+                except ValueError as exc:
+                    self._send(400, {"error": str(exc)})
+                    return
+                except ZerotraceError as exc:
+                    self._send(503, {"error": str(exc)})
+                    return
+                self._send_bytes(200, data, content_type)
             elif url.path in WEB_FILES:
                 name, content_type = WEB_FILES[url.path]
                 self._send_bytes(200, (WEB_DIR / name).read_bytes(), content_type)
             else:
-                known = ", ".join(["/", "/api/v1/spans", *LLM_ROUTES])
+                known = ", ".join(["/", "/api/v1/spans", *LLM_ROUTES, *PROFILE_ROUTES])
                 self._send(404, {"error": f"no such path {url.path}; try one of {known}"})
 
         def _send(self, status: int, body: Any) -> None:
