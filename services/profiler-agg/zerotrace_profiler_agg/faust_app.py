@@ -15,14 +15,15 @@ from zerotrace.codec import AvroCodec
 from zerotrace.faust_shell import bus_message, make_faust_app
 from zerotrace.schema_registry_kafka import KafkaSchemaRegistry
 from zerotrace.schemas import load_schema_dir
-from zerotrace_profiler_agg.profile_step import CONSUMER, INPUT_TOPICS, Output, ProfileStep
+from zerotrace_profiler_agg.profile_step import INPUT_TOPICS, Output, ProfileStep
 from zerotrace_profiler_agg.settings import ProfilerAggSettings
 
 
 def build_app(bootstrap: str, agg: ProfilerAggSettings | None = None) -> Any:
-    app = make_faust_app(CONSUMER, bootstrap)
+    agg = agg or settings.load(ProfilerAggSettings)
+    app = make_faust_app(agg.group, bootstrap)
     codec = AvroCodec(load_schema_dir(), KafkaSchemaRegistry(bootstrap))
-    step = ProfileStep(codec, agg or settings.load(ProfilerAggSettings))
+    step = ProfileStep(codec, agg)
     clock = SystemClock()
     raw = app.topic(*INPUT_TOPICS)
     topics: dict[str, Any] = {}

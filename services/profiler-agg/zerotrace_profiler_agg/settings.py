@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from zerotrace import names
 from zerotrace.settings import setting
 from zerotrace_profiler_agg.gpu_fold import DEFAULT_QUIET_WINDOWS
 from zerotrace_profiler_agg.gpu_memory import DEFAULT_CAPACITY
@@ -13,6 +14,11 @@ MS = 1_000_000
 
 @dataclasses.dataclass(frozen=True)
 class ProfilerAggSettings:
+    group: str = setting(
+        "ZEROTRACE_PROFILE_GROUP",
+        names.GROUP_PROFILER_AGG,
+        "Consumer group and faust app id; another one runs a replay beside the live worker.",
+    )
     window_ms: int = setting(
         "ZEROTRACE_PROFILE_WINDOW_MS", 10_000, "Width of a profile window (tumbling, event time)."
     )
