@@ -125,18 +125,23 @@ def test_pcap_of_a_run_gives_the_clients_figures(server: Server, tmp_path: Path)
     messy = tmp_path / "messy.pcap"
     total, duplicates = shuffled_and_duplicated(pcap, messy)
     assert duplicates > total // 20
-    # The bytes of the streams come back from the reordered, duplicated copy (all but, at
-    # times, a 5-byte chunk terminator left behind the client's RST by more than the grace;
-    # open in issue 3)...
-    original, reordered = reassembled_bytes(pcap), reassembled_bytes(messy)
-    assert original - 64 <= reordered <= original
-    again = {r["model"]: r for r in analyze(messy, tmp_path / "b.jsonl")}
+    # Every byte of the streams comes back from the reordered, duplicated copy, and each
+    # request's figures with it: a response waits for the late segments of its request.
+    assert reassembled_bytes(messy) == reassembled_bytes(pcap)
+    again = {r["model"]: r for r in analyze(messy, tmp_path / "b.jsonl") if r["model"] in ours}
+    assert again.keys() == ours.keys()
     differ = [
-        m
-        for m, r in ours.items()
-        if m not in again or again[m]["output_tokens"] != r["output_tokens"]
+        f"{m}: {field} {ours[m][field]} -> {again[m][field]}"
+        for m in sorted(ours)
+        for field in (
+            "output_tokens",
+            "content_events",
+            "status_code",
+            "error",
+            "ttft_ns",
+            "tpot_ns",
+        )
+        if again[m][field] != ours[m][field]
     ]
-    # ...but not yet every request: when a client segment is late, the server's answer to it
-    # (in order on its own direction) reaches the correlator first. Open in issue 3: hold a
-    # direction's data whose ACK covers bytes of the other direction not yet delivered.
-    print(f"reordered and duplicated copy: {len(differ)} of {REQUESTS} requests differ")
+    # Times too, to the nanosecond: a late packet keeps its own (older) time.
+    assert differ == [], "\n".join(differ[:20])

@@ -157,8 +157,9 @@ def test_a_dropped_segment_becomes_one_gap_at_its_offset_and_the_rest_still_come
     conv.feed(pkt(C, S, isn + 1 + len(data), 8, ACK | FIN))
     # The server got everything (the capture missed one segment) and says so, FIN included;
     # after the reorder grace the hole is declared, before the end of input.
+    later = conv.ts + ReassemblyLimits().reorder_grace_ns
     for _ in range(ReassemblyLimits().reorder_grace_packets + 1):
-        conv.feed(pkt(S, C, 8, isn + 2 + len(data), ACK))
+        conv.feed(pkt(S, C, 8, isn + 2 + len(data), ACK, ts=later))
     gaps = [p for p in conv.pieces(C2S) if p.gap]
     assert [(g.offset, g.gap, g.seq) for g in gaps] == [
         (dropped_at, len(dropped), (isn + 1 + dropped_at) % MOD)
@@ -247,12 +248,21 @@ def test_fin_from_both_sides_closes_after_the_last_byte_and_late_packets_are_ign
     assert kinds[0] == "FlowOpened" and kinds[-1] == "FlowClosed"
 
 
-def test_rst_closes_at_once_declaring_holes() -> None:
+def let_the_reset_grace_pass(conv: Conversation) -> None:
+    """Bare ACKs of another connection: a RST waits for late bytes this many packets."""
+    other = Endpoint("10.0.0.9", 50999)
+    for _ in range(ReassemblyLimits().reset_grace_packets):
+        conv.feed(pkt(other, S, 1, 1, ACK))
+
+
+def test_rst_closes_after_the_grace_declaring_holes() -> None:
     conv = Conversation()
     handshake(conv, 100, 7)
     conv.feed(pkt(C, S, 101, 8, ACK, b"ab"))
     conv.feed(pkt(C, S, 105, 8, ACK, b"ef"))
     conv.feed(pkt(S, C, 8, 103, RST | ACK))
+    assert not conv.closes()
+    let_the_reset_grace_pass(conv)
     assert [(p.data, p.gap) for p in conv.pieces(C2S)] == [(b"ab", 0), (b"", 2), (b"ef", 0)]
     assert conv.closes()[0].reason is CloseReason.RST
 
@@ -350,7 +360,8 @@ def test_the_per_flow_buffer_limit_declares_the_first_hole() -> None:
     conv.feed(pkt(C, S, 111, 8, ACK, b"0123456789"))  # a 10-byte hole, 10 bytes held
     assert not conv.pieces(C2S)
     conv.feed(pkt(C, S, 121, 8, ACK, b"x"))  # 11 bytes held: over the limit
-    assert [(p.gap, p.data) for p in conv.pieces(C2S)] == [(10, b""), (0, b"0123456789x")]
+    # Each segment keeps its own packet's time: two pieces after the gap.
+    assert [(p.gap, p.data) for p in conv.pieces(C2S)] == [(10, b""), (0, b"0123456789"), (0, b"x")]
     assert conv.r.counters.limit_gaps == 1
 
 
@@ -398,8 +409,10 @@ def test_a_rst_that_overtook_the_bytes_it_acknowledges_waits_for_them() -> None:
     conv.feed(pkt(C, S, 101, 20, RST | ACK))  # acknowledges 5 bytes not captured yet
     assert not conv.closes()
     conv.feed(pkt(S, C, 15, 101, ACK | PSH, b"0\r\n\r\n"))
+    late_ns = conv.ts
+    let_the_reset_grace_pass(conv)
     [close] = conv.closes()
-    assert close.reason is CloseReason.RST and close.ts_ns == conv.ts
+    assert close.reason is CloseReason.RST and close.ts_ns == late_ns
     assert conv.stream(S2C) == b"data: 10\r\n\r\n" and conv.r.counters.gaps == 0
 
 
@@ -409,7 +422,21 @@ def test_a_rst_that_overtook_its_own_sender_s_bytes_waits_for_them() -> None:
     conv.feed(pkt(C, S, 101, 8, ACK, b"ab"))
     conv.feed(pkt(C, S, 105, 8, RST | ACK))  # every byte before its sequence number was sent
     conv.feed(pkt(C, S, 103, 8, ACK, b"cd"))
+    let_the_reset_grace_pass(conv)
     assert conv.stream(C2S) == b"abcd" and conv.closes()[0].reason is CloseReason.RST
+
+
+def test_a_rst_waits_for_the_peer_s_bytes_in_flight_that_it_overtook() -> None:
+    # The client resets right after reading; the server's last chunk, which no ACK confirms,
+    # shows up in the capture after the RST.
+    conv = Conversation()
+    handshake(conv, 100, 7)
+    conv.feed(pkt(S, C, 8, 101, ACK, b"data: 1"))
+    conv.feed(pkt(C, S, 101, 15, RST | ACK))
+    conv.feed(pkt(S, C, 15, 101, ACK | PSH, b"0\r\n\r\n"))
+    let_the_reset_grace_pass(conv)
+    assert conv.stream(S2C) == b"data: 10\r\n\r\n" and conv.r.counters.gaps == 0
+    assert conv.closes()[0].reason is CloseReason.RST
 
 
 def test_a_hole_a_rst_acknowledged_becomes_a_gap_after_the_grace_of_the_capture() -> None:
@@ -417,7 +444,7 @@ def test_a_hole_a_rst_acknowledged_becomes_a_gap_after_the_grace_of_the_capture(
     handshake(conv, 100, 7)
     conv.feed(pkt(S, C, 8, 101, ACK, b"ab"))
     conv.feed(pkt(C, S, 101, 14, RST | ACK))  # 4 bytes the capture missed
-    grace = ReassemblyLimits().reorder_grace_packets
+    grace = ReassemblyLimits().reset_grace_packets
     other = Endpoint("10.0.0.3", 50000)
     for i in range(grace - 1):  # packets of another connection count
         conv.feed(pkt(other, S, 1 + i, 1, ACK, b"x"))
@@ -550,3 +577,43 @@ def test_a_reordered_capture_file_of_many_connections_has_no_gap() -> None:
         summary, got = analyse(reorder(packets, random.Random(seed), block, dup_every=10))
         assert summary["gaps"] == 0 and summary["bytes"] == want_summary["bytes"]
         assert got == want
+
+
+def test_a_response_waits_for_the_late_segment_of_its_request() -> None:
+    # The capture shows the server's answer (which acknowledges the whole request) before the
+    # request's last segment: the answer is delivered after it, not before.
+    conv = Conversation()
+    handshake(conv, 100, 7)
+    conv.feed(pkt(C, S, 101, 8, ACK, b"GET / HT"))
+    conv.feed(pkt(S, C, 8, 115, ACK | PSH, b"HTTP/1.1 200"))  # acknowledges 14 request bytes
+    assert conv.stream(S2C) == b""
+    conv.feed(pkt(C, S, 109, 8, ACK | PSH, b"TP/1.1"))
+    order = [(e.direction, e.data) for e in conv.events if isinstance(e, DataPiece)]
+    assert order == [(C2S, b"GET / HT"), (C2S, b"TP/1.1"), (S2C, b"HTTP/1.1 200")]
+    assert conv.r.counters.gaps == 0
+
+
+def test_a_response_whose_request_bytes_never_come_goes_on_after_the_grace() -> None:
+    conv = Conversation()
+    handshake(conv, 100, 7)
+    conv.feed(pkt(C, S, 101, 8, ACK, b"GET / HT"))
+    conv.feed(pkt(S, C, 8, 115, ACK | PSH, b"HTTP/1.1 200"))  # 6 request bytes never captured
+    limits = ReassemblyLimits()
+    for i in range(limits.reorder_grace_packets):
+        conv.feed(pkt(S, C, 20 + i, 115, ACK, b"x", ts=conv.ts + limits.reorder_grace_ns))
+    assert conv.stream(S2C).startswith(b"HTTP/1.1 200x")
+    assert [(p.data, p.gap) for p in conv.pieces(C2S)] == [(b"GET / HT", 0), (b"", 6)]
+
+
+def test_bytes_keep_their_own_time_unless_a_later_packet_before_them_completes_them() -> None:
+    conv = Conversation()
+    handshake(conv, 100, 7)
+    # A reordered capture: the late packet carries its true, older time.
+    conv.feed(pkt(C, S, 103, 8, ACK, b"cd", ts=50_000))
+    conv.feed(pkt(C, S, 101, 8, ACK, b"ab", ts=40_000))
+    # A retransmission (newer time) fills a hole: what follows is readable only then.
+    conv.feed(pkt(C, S, 107, 8, ACK, b"gh", ts=60_000))
+    conv.feed(pkt(C, S, 105, 8, ACK, b"ef", ts=90_000))
+    assert [(p.data, p.ts_ns) for p in conv.pieces(C2S)] == [
+        (b"ab", 40_000), (b"cd", 50_000), (b"efgh", 90_000)
+    ]  # fmt: skip

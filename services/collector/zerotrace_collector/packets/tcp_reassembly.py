@@ -12,16 +12,25 @@ first, so a capture reordered by a packet or two still names it by its SYN's tim
 When bytes are missing: a hole below what the peer has acknowledged (or below a FIN or RST) is
 real, but a capture may show the ACK a little before the data it acknowledges (mirror ports,
 merged or reordered captures). So such a hole is declared a gap only after a grace of
-`reorder_grace_packets` more packets of the connection or `reorder_grace_ns` of packet time,
-whichever comes first, counted from the first packet that confirmed that hole (not an earlier
-one: when ACKs keep overtaking their data, some hole is always open, but each is young).
-A RST closes the connection at once when nothing it or the peer's ACKs confirm is missing;
-otherwise the connection waits for those bytes, which the RST overtook in the capture, for
-the same grace, counted in packets of the whole capture since few packets of a reset
-connection follow. A buffer limit, the idle timeout and the end of input declare every
+`reorder_grace_packets` more packets of the connection and `reorder_grace_ns` of packet time,
+both counted from the first packet that confirmed that hole (not an earlier one: when ACKs
+keep overtaking their data, some hole is always open, but each is young). Both, because in a
+reordered capture packet time jumps (a late packet carries an older time, the next token a
+much newer one), and a connection that goes quiet keeps its hole until it closes anyway.
+A RST closes the connection only after a grace of `reset_grace_packets` packets of the whole
+capture (few packets of a reset connection follow) or `reorder_grace_ns`: bytes the RST
+overtook in the capture may still come, from its sender and from the peer, whose data in
+flight no ACK confirmed (the server's last chunk when the client resets right after reading).
+A buffer limit, the idle timeout and the end of input declare every
 remaining hole at once. After a gap marker, delivery goes on with the next bytes.
 A trailing hole of exactly one byte that no FIN accounts for is taken as an uncaptured FIN
 (the ACK of a FIN is one past the last byte), not as a gap.
+
+Order across the two directions: a segment whose ACK covers bytes of the peer that are not
+delivered yet was sent after those bytes arrived, so it waits for them (see `Stream.waits`):
+a reordered capture must not show a response before the late segment of its request. The
+peer's missing bytes are confirmed by that very ACK, so the wait ends at the latest when
+their grace makes them a gap; a close or a buffer limit ends it at once.
 
 Time is packet time only: the idle timeout and the graces compare packet timestamps, so a
 replay of the same capture yields the same events.
@@ -34,7 +43,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from zerotrace_collector.packets.decode import TcpPacket
-from zerotrace_collector.packets.tcp_stream import Insert, Stream
+from zerotrace_collector.packets.tcp_stream import MAX_WAITS, Insert, Stream
 
 MiB = 1024 * 1024
 SECOND_NS = 1_000_000_000
@@ -56,6 +65,10 @@ class ReassemblyLimits:
     # See the module doc: how long a hole the peer acknowledged may wait for late data.
     reorder_grace_packets: int = 16
     reorder_grace_ns: int = SECOND_NS // 5
+    # Packets of the whole capture a RST waits for late bytes: a capture reordered in blocks
+    # of 8 with duplicates moves a packet up to ~16 places, so twice as many again, and more
+    # since the peer's late bytes are not confirmed by anything.
+    reset_grace_packets: int = 64
     # Packets of a closed connection (the last ACK after FIN, a late retransmission) are
     # ignored for this long (TCP's TIME_WAIT is 60 s on Linux), in at most this many entries.
     closed_memory_ns: int = 60 * SECOND_NS
@@ -103,7 +116,7 @@ class FlowOpened:
 class DataPiece:
     flow: FlowId
     direction: Direction
-    ts_ns: int  # the packet whose arrival made these bytes contiguous
+    ts_ns: int  # when they were readable: their packet's time or a later one's before them
     seq: int  # TCP sequence number of the first byte
     offset: int  # offset of the first byte in this direction's stream
     data: bytes  # empty for a gap marker
@@ -155,6 +168,10 @@ class _Flow:
     reset: tuple[int, int] | None = None  # (capture packet number, ts_ns) of its first RST
     syn_seen: bool = False  # a SYN or SYN-ACK
     emitted: bool = False  # an event carried its id: opened_ns and the roles are final
+    # (sender, data seq, ack) of segments that came before both streams were anchored: their
+    # waits for the peer (see `Stream.waits`) are filed once offsets exist. By sender, not
+    # direction: a SYN that comes later may still swap the roles.
+    early_waits: list[tuple[Endpoint, int, int]] = field(default_factory=list)
 
     @property
     def id(self) -> FlowId:
@@ -250,7 +267,7 @@ class TcpReassembler:
         since = (flow.packets, pkt.ts_ns)
         if pkt.syn and not flow.emitted:
             self._handshake(flow, pkt, src, events)
-        direction = Direction.CLIENT_TO_SERVER if src == flow.client else Direction.SERVER_TO_CLIENT
+        direction = _direction_of(flow, src)
         mine = flow.stream(direction)
         peer = flow.stream(_other(direction))
         data_seq = pkt.seq + 1 if pkt.syn else pkt.seq  # a SYN takes one sequence number
@@ -258,9 +275,15 @@ class TcpReassembler:
             self._count(mine.anchor(data_seq % (1 << 32)))
         if pkt.syn and pkt.has_ack and not peer.anchored:
             self._count(peer.anchor(pkt.ack))  # a SYN-ACK acknowledges the client's ISN + 1
+        early = pkt.payload and pkt.has_ack and not (mine.anchored and peer.anchored)
+        if early and len(flow.early_waits) < MAX_WAITS:
+            flow.early_waits.append((src, data_seq, pkt.ack))
         if mine.anchored:
             if pkt.payload:
-                self._count(mine.insert(mine.offset(data_seq), pkt.payload))
+                insert = mine.insert(mine.offset(data_seq), pkt.payload, pkt.ts_ns)
+                self._count(insert)
+                if insert.new_bytes and pkt.has_ack and peer.anchored:
+                    self._wait(mine, peer, data_seq, pkt.ack)
             if pkt.fin and mine.fin_off is None:
                 fin_off = mine.offset(data_seq + len(pkt.payload))
                 mine.set_fin(fin_off)
@@ -276,12 +299,13 @@ class TcpReassembler:
                 mine.confirm(mine.offset(data_seq + len(pkt.payload)), since)
             flow.reset = (self.counters.segments, pkt.ts_ns)
             self._resetting[key] = flow
-        for d in Direction:
-            self._resolve(flow, d, pkt.ts_ns, events, force=False)
+        delivered = -1
+        while delivered != flow.c2s.next_off + flow.s2c.next_off:  # one side may free the other
+            delivered = flow.c2s.next_off + flow.s2c.next_off
+            for d in Direction:
+                self._resolve(flow, d, pkt.ts_ns, events, force=False)
         if flow.c2s.finished and flow.s2c.finished:
             self._close(flow, key, CloseReason.FIN, pkt.ts_ns, events)
-        elif flow.reset is not None and not (flow.c2s.awaited or flow.s2c.awaited):
-            self._close(flow, key, CloseReason.RST, pkt.ts_ns, events)
 
     def _handshake(
         self, flow: _Flow, pkt: TcpPacket, src: Endpoint, events: list[FlowEvent]
@@ -318,18 +342,38 @@ class TcpReassembler:
             if not stream.pending or not (force or self._grace_over(flow, stream.pending_since)):
                 return
             self._count(stream.anchor(stream.earliest_pending_seq()))
-        self._deliver(flow, direction, ts_ns, events)
+        self._deliver(flow, direction, ts_ns, events, force)
         while stream.confirmed > stream.next_off and (
             force or self._grace_over(flow, stream.confirmed_since())
         ):
             first = stream.first_buffered()
+            if first == stream.next_off:
+                break  # no hole: the bytes there wait for the peer's
             if first is None and stream.fin_off is None and stream.confirmed - stream.next_off == 1:
                 stream.cap_confirmed(stream.next_off)  # the ACK of an uncaptured FIN
                 break
             end = stream.confirmed if first is None else min(first, stream.confirmed)
-            self._gap(flow, direction, end, ts_ns, events)
+            self._gap(flow, direction, end, ts_ns, events, force)
         while force and stream.segments:
-            self._gap(flow, direction, stream.segments[0][0], ts_ns, events)
+            self._gap(flow, direction, stream.segments[0][0], ts_ns, events, force)
+
+    @staticmethod
+    def _wait(mine: Stream, peer: Stream, data_seq: int, ack: int) -> None:
+        acked = peer.offset(ack)
+        if acked > peer.next_off:
+            mine.wait_for_peer(mine.offset(data_seq), acked)
+
+    def _file_early_waits(self, flow: _Flow) -> None:
+        """The ACKs of segments held before anchoring confirm the peer's bytes too (from now:
+        their grace starts when they could first be named)."""
+        if flow.early_waits and flow.c2s.anchored and flow.s2c.anchored:
+            since = (flow.packets, flow.last_ns)
+            for sender, data_seq, ack in flow.early_waits:
+                direction = _direction_of(flow, sender)
+                peer = flow.stream(_other(direction))
+                peer.confirm(peer.offset(ack), since)
+                self._wait(flow.stream(direction), peer, data_seq, ack)
+            flow.early_waits.clear()
 
     def _grace_over(self, flow: _Flow, since: tuple[int, int] | None) -> bool:
         if since is None:
@@ -337,11 +381,17 @@ class TcpReassembler:
         packets, ts_ns = since
         return (
             flow.packets - packets >= self.limits.reorder_grace_packets
-            or flow.last_ns - ts_ns >= self.limits.reorder_grace_ns
+            and flow.last_ns - ts_ns >= self.limits.reorder_grace_ns
         )
 
     def _gap(
-        self, flow: _Flow, direction: Direction, end: int, ts_ns: int, events: list[FlowEvent]
+        self,
+        flow: _Flow,
+        direction: Direction,
+        end: int,
+        ts_ns: int,
+        events: list[FlowEvent],
+        force: bool = False,
     ) -> None:
         stream = flow.stream(direction)
         start = stream.next_off
@@ -350,19 +400,25 @@ class TcpReassembler:
         self.counters.gap_bytes += gap
         self._announce(flow, events)
         events.append(DataPiece(flow.id, direction, ts_ns, stream.seq_at(start), start, b"", gap))
-        self._deliver(flow, direction, ts_ns, events)
+        self._deliver(flow, direction, ts_ns, events, force)
 
     def _deliver(
-        self, flow: _Flow, direction: Direction, ts_ns: int, events: list[FlowEvent]
+        self,
+        flow: _Flow,
+        direction: Direction,
+        ts_ns: int,
+        events: list[FlowEvent],
+        force: bool = False,
     ) -> None:
+        """Deliver the contiguous bytes; unless force, only those sent before anything of the
+        peer's that is not delivered yet."""
+        self._file_early_waits(flow)
         stream = flow.stream(direction)
-        piece = stream.take()
-        if piece is None:
-            return
-        off, data = piece
-        self.counters.bytes += len(data)
-        self._announce(flow, events)
-        events.append(DataPiece(flow.id, direction, ts_ns, stream.seq_at(off), off, data))
+        until = None if force else stream.deliverable_until(flow.stream(_other(direction)))
+        for off, data, readable_ns in stream.take(until):
+            self.counters.bytes += len(data)
+            self._announce(flow, events)
+            events.append(DataPiece(flow.id, direction, readable_ns, stream.seq_at(off), off, data))
 
     def _count(self, insert: Insert) -> None:
         if insert.dup_bytes:
@@ -395,7 +451,7 @@ class TcpReassembler:
         stream = flow.stream(direction)
         if not stream.anchored:
             self._count(stream.anchor(stream.earliest_pending_seq()))
-            self._deliver(flow, direction, flow.last_ns, events)
+        self._deliver(flow, direction, flow.last_ns, events, force=True)
         if stream.segments:
             self.counters.limit_gaps += 1
             self._gap(flow, direction, stream.segments[0][0], flow.last_ns, events)
@@ -426,7 +482,7 @@ class TcpReassembler:
             assert flow.reset is not None
             packets, ts_ns = flow.reset
             if (
-                self.counters.segments - packets < limits.reorder_grace_packets
+                self.counters.segments - packets < limits.reset_grace_packets
                 and self._now - ts_ns < limits.reorder_grace_ns
             ):
                 break
@@ -443,6 +499,10 @@ class TcpReassembler:
             if forget_at > self._now:
                 break
             del self._closed[key]
+
+
+def _direction_of(flow: _Flow, sender: Endpoint) -> Direction:
+    return Direction.CLIENT_TO_SERVER if sender == flow.client else Direction.SERVER_TO_CLIENT
 
 
 def _other(direction: Direction) -> Direction:

@@ -5,6 +5,11 @@ chosen when the SYN was not captured), so sequence-number wraparound is handled 
 `offset`, and a stream may carry more than 4 GiB. Overlapping copies of the same bytes keep the
 first copy (what the receiving kernel also does for data it has already queued) and count the
 bytes that differ.
+
+Every buffered byte keeps the time of the packet that carried it, and bytes are readable at
+the latest of their own time and the times of all bytes before them: a retransmission that
+fills a hole makes what follows readable at its time, while in a capture reordered after the
+fact a late packet carries its true, older time and moves nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ HALF = 1 << 31
 # more only when many holes stay open at once; past it the newest mark is stretched, which only
 # lets a later hole's grace start earlier: a gap may come sooner, never later.
 MAX_CONFIRMATIONS = 64
+# Causal marks kept per direction (see `Stream.waits`): one per segment that came before the
+# peer bytes its ACK covers, so only in a reordered capture; past it new marks are not kept
+# (counted): the order across directions may then be wrong, the bytes never are.
+MAX_WAITS = 256
 
 
 def seq_diff(a: int, b: int) -> int:
@@ -40,9 +49,9 @@ class Insert:
 class Stream:
     base: int | None = None  # sequence number of offset 0; None until anchored
     next_off: int = 0  # the next offset to deliver
-    segments: list[tuple[int, bytes]] = field(default_factory=list)  # sorted, disjoint
+    segments: list[tuple[int, bytes, int]] = field(default_factory=list)  # (off, data, ts)
     buffered: int = 0  # bytes in segments
-    pending: list[tuple[int, bytes]] = field(default_factory=list)  # (seq, data) before anchoring
+    pending: list[tuple[int, bytes, int]] = field(default_factory=list)  # (seq, data, ts)
     pending_bytes: int = 0
     pending_fin_seq: int | None = None
     pending_since: tuple[int, int] | None = None  # (flow packet number, ts_ns)
@@ -53,6 +62,12 @@ class Stream:
     # ACKs keep overtaking their data always has some hole, but each is young.
     confirmations: deque[tuple[int, tuple[int, int]]] = field(default_factory=deque)
     fin_off: int | None = None
+    readable_ns: int = 0  # when the bytes delivered so far were all readable
+    # (offset, peer offset), by offset: the bytes from offset on were sent after the peer's
+    # bytes below peer offset had arrived (their packet acknowledged them), so they are not
+    # delivered before those: a request's late segment must not come after its response.
+    waits: list[tuple[int, int]] = field(default_factory=list)
+    waits_dropped: int = 0
 
     @property
     def anchored(self) -> bool:
@@ -65,11 +80,6 @@ class Stream:
     @property
     def held_segments(self) -> int:
         return len(self.segments) + len(self.pending)
-
-    @property
-    def awaited(self) -> bool:
-        """Bytes the peer acknowledged (or a FIN or RST closed) are missing here."""
-        return self.anchored and self.confirmed > self.next_off
 
     @property
     def finished(self) -> bool:
@@ -85,23 +95,24 @@ class Stream:
         return (self.base + off) % SEQ_MOD
 
     def hold(self, seq: int, data: bytes, since: tuple[int, int]) -> None:
-        """Keep a segment until the stream is anchored (its first sequence number known)."""
+        """Keep a segment until the stream is anchored (its first sequence number known);
+        since is (flow packet number, time of the packet that carried it)."""
         if data:
-            self.pending.append((seq, data))
+            self.pending.append((seq, data, since[1]))
             self.pending_bytes += len(data)
             if self.pending_since is None:
                 self.pending_since = since
 
     def earliest_pending_seq(self) -> int:
         first = self.pending[0][0]
-        return first + min(seq_diff(seq, first) for seq, _ in self.pending)
+        return first + min(seq_diff(seq, first) for seq, _, _ in self.pending)
 
     def anchor(self, base: int) -> Insert:
         """Fix offset 0 at sequence number base and file the held segments."""
         self.base = base
         total = Insert()
-        for seq, data in self.pending:
-            one = self.insert(self.offset(seq), data)
+        for seq, data, ts_ns in self.pending:
+            one = self.insert(self.offset(seq), data, ts_ns)
             total.new_bytes += one.new_bytes
             total.dup_bytes += one.dup_bytes
             total.conflict_bytes += one.conflict_bytes
@@ -111,7 +122,7 @@ class Stream:
         self.pending_fin_seq = None
         return total
 
-    def insert(self, off: int, data: bytes) -> Insert:
+    def insert(self, off: int, data: bytes, ts_ns: int = 0) -> Insert:
         result = Insert()
         if self.fin_off is not None and off + len(data) > self.fin_off:
             data = data[: max(0, self.fin_off - off)]  # nothing is sent after a FIN
@@ -124,13 +135,13 @@ class Stream:
             return result
         i = max(0, bisect.bisect_right(self.segments, off, key=lambda s: s[0]) - 1)
         cursor = off
-        fresh: list[tuple[int, bytes]] = []
+        fresh: list[tuple[int, bytes, int]] = []
         while i < len(self.segments) and self.segments[i][0] < end:
-            start, old = self.segments[i]
+            start, old, _ = self.segments[i]
             old_end = start + len(old)
             if old_end > cursor:
                 if start > cursor:
-                    fresh.append((cursor, data[cursor - off : start - off]))
+                    fresh.append((cursor, data[cursor - off : start - off], ts_ns))
                 lo, hi = max(start, cursor), min(old_end, end)
                 mine, theirs = data[lo - off : hi - off], old[lo - start : hi - start]
                 result.dup_bytes += hi - lo
@@ -139,7 +150,7 @@ class Stream:
                 cursor = max(cursor, old_end)
             i += 1
         if cursor < end:
-            fresh.append((cursor, data[cursor - off :]))
+            fresh.append((cursor, data[cursor - off :], ts_ns))
         for piece in fresh:
             bisect.insort(self.segments, piece, key=lambda s: s[0])
             result.new_bytes += len(piece[1])
@@ -147,19 +158,59 @@ class Stream:
         result.ahead = bool(fresh) and fresh[0][0] > self.next_off
         return result
 
-    def take(self) -> tuple[int, bytes] | None:
-        """The bytes now contiguous at the delivery point, as one piece, or None."""
-        start = self.next_off
-        parts = []
-        while self.segments and self.segments[0][0] == self.next_off:
-            _, data = self.segments.pop(0)
-            parts.append(data)
+    def wait_for_peer(self, off: int, peer_off: int) -> None:
+        """The bytes at off were sent once the peer's bytes below peer_off had arrived."""
+        if len(self.waits) >= MAX_WAITS:
+            self.waits_dropped += 1
+            return
+        bisect.insort(self.waits, (off, peer_off))
+
+    def deliverable_until(self, peer: Stream) -> int | None:
+        """The offset delivery must stop at until more of the peer's bytes are delivered, or
+        None. A wait is over when the peer delivered (or gave up on) the bytes it names, or
+        they were never sent (the peer's ACKed FIN or confirmed end is below them)."""
+        while (until := self._first_wait(peer)) is not None:
+            if not (until == self.next_off and peer._blocked_by(self)):
+                return until
+            # Each side waits for the other: one of the two ACKs was newer than its data (a
+            # retransmission carries the ACK of its own time). The side asked first goes
+            # first (the reassembler asks client to server first: requests before responses).
+            self.waits.pop(0)
+        return None
+
+    def _first_wait(self, peer: Stream) -> int | None:
+        while self.waits:
+            off, peer_off = self.waits[0]
+            if off >= self.next_off and peer.next_off < min(peer_off, peer.confirmed):
+                return off
+            self.waits.pop(0)
+        return None
+
+    def _blocked_by(self, peer: Stream) -> bool:
+        """Bytes are ready at the delivery point but wait for the peer's."""
+        ready = bool(self.segments) and self.segments[0][0] == self.next_off
+        return ready and self._first_wait(peer) == self.next_off
+
+    def take(self, until: int | None = None) -> list[tuple[int, bytes, int]]:
+        """The bytes now contiguous at the delivery point (none from `until` on), as pieces
+        (offset, data, readable time): consecutive segments readable at the same time are one
+        piece."""
+        pieces: list[tuple[int, bytes, int]] = []
+        while (
+            self.segments
+            and self.segments[0][0] == self.next_off
+            and (until is None or self.next_off < until)
+        ):
+            off, data, ts_ns = self.segments.pop(0)
+            self.buffered -= len(data)
             self.next_off += len(data)
-        if not parts:
-            return None
-        data = b"".join(parts)
-        self.buffered -= len(data)
-        return start, data
+            self.readable_ns = max(self.readable_ns, ts_ns)
+            if pieces and pieces[-1][2] == self.readable_ns:
+                start, before, _ = pieces[-1]
+                pieces[-1] = (start, before + data, self.readable_ns)
+            else:
+                pieces.append((off, data, self.readable_ns))
+        return pieces
 
     def first_buffered(self) -> int | None:
         return self.segments[0][0] if self.segments else None
@@ -169,11 +220,11 @@ class Stream:
         gap = off - self.next_off
         self.next_off = off
         while self.segments and self.segments[0][0] < off:
-            start, data = self.segments.pop(0)
+            start, data, ts_ns = self.segments.pop(0)
             self.buffered -= len(data)
             if start + len(data) > off:
                 rest = data[off - start :]
-                self.segments.insert(0, (off, rest))
+                self.segments.insert(0, (off, rest, ts_ns))
                 self.buffered += len(rest)
         return gap
 
