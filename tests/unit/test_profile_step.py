@@ -254,3 +254,34 @@ def test_poison_goes_to_dead_letters_with_its_reason(codec: AvroCodec) -> None:
     assert step.counters.dead_letters == 4
     [window] = step.flush()
     assert codec.decode(window.value)[1]["samples"] == 1  # the good one, untouched by the rest
+
+
+def test_a_late_free_is_applied_and_counted() -> None:
+    fold = ProfileFold(SETTINGS)
+    out = run(
+        fold,
+        [
+            call("cudaMalloc", 1 * S, 0xA000, 64),
+            call("cudaMalloc", 25 * S, 0xB000, 8),  # closes windows 0 and 10
+            call("cudaFree", 5 * S, 0xA000),  # too late for them: still frees 0xA000
+        ],
+    )
+    assert fold.counters()["gpu_late"] == 1
+    inuse = {r["window_start_ns"]: r for r in by_type(out, "GPU_MEM_INUSE")}
+    assert sum(inuse[0]["stacks"].values()) == 64  # as emitted before the free came
+    assert sum(inuse[20 * S]["stacks"].values()) == 8 and inuse[20 * S]["dropped"] == 1
+
+
+def test_a_process_seen_again_after_a_tick_makes_no_second_window() -> None:
+    fold = ProfileFold(SETTINGS)
+    first = fold.add_gpu(call("cudaMalloc", 1 * S, 0xA000, 64))
+    first += fold.add_gpu(call("cudaFree", 2 * S, 0xA000))
+    fold.tick(100 * S)
+    first += fold.tick(100 * S)  # quiet: closes everything, the process is forgotten
+    again = fold.add_gpu(call("cudaMalloc", 3 * S, 0xB000, 8))  # its windows are out already
+    again += fold.add_gpu(call("cudaLaunchKernel", 4 * S))
+    again += fold.flush()
+    ids = [r["window_id"] for r in first + again]
+    assert len(ids) == len(set(ids))
+    assert fold.counters()["gpu_late"] == 2
+    assert sum(r["dropped"] for r in again) == 2

@@ -100,10 +100,13 @@ class GpuFold:
         api, ts, node, pid = str(call["api"]), int(call["end_ns"]), call["node_id"], call["pid"]
         series: Series = (node, pid, "gpu")
         late = self._w.observe(series, ts)
-        width = self._w.width_ns
-        proc = self._procs.setdefault(
-            series, _Process(self._w.start_of(ts), self._w.start_of(ts) + width)
-        )
+        if series not in self._procs:
+            # Windows before the watermark's are closed (a series forgotten and seen again).
+            first = max(
+                self._w.start_of(ts), self._w.start_of(self._w.mark(series) - self._w.lateness_ns)
+            )
+            self._procs[series] = _Process(first, first + self._w.width_ns)
+        proc = self._procs[series]
         kind = ALLOC if api in ALLOC_APIS else LAUNCH if api in LAUNCH_APIS else None
         if kind is None and api not in FREE_APIS:
             self.counters.other_apis += 1

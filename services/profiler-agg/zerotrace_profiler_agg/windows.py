@@ -103,7 +103,8 @@ class Windows:
         self._marks[series] = max(self._marks[series], mark)
 
     def series(self) -> list[Series]:
-        return sorted(self._marks)
+        """The series not forgotten (a forgotten one comes back with its next record)."""
+        return sorted(self._open)
 
     def add(self, series: Series, key: Key, ts: int, stack: str, weight: int) -> None:
         """Fold one record into its (open) window."""
