@@ -1,0 +1,76 @@
+"""profiler-agg embedded: the in-process shell over the in-process bus gives the same
+derived.profile messages as the step fed directly, whatever the partitions' interleaving."""
+
+from __future__ import annotations
+
+from tests.unit.test_profile_step import SETTINGS, call, sample
+from zerotrace import names
+from zerotrace.bus import Message
+from zerotrace.bus_memory import InMemoryBroker
+from zerotrace.codec import AvroCodec
+from zerotrace_profiler_agg.embedded import EmbeddedProfileAgg
+from zerotrace_profiler_agg.profile_step import ProfileStep
+
+S = 1_000_000_000
+
+
+def drain(broker: InMemoryBroker, group: str, topics: tuple[str, ...]) -> list[Message]:
+    consumer = broker.consumer(group)
+    consumer.subscribe(topics)
+    out = []
+    while (message := consumer.poll(0)) is not None:
+        out.append(message)
+    return out
+
+
+def test_embedded_output_equals_the_step_fed_directly(codec: AvroCodec) -> None:
+    broker = InMemoryBroker()
+    broker.ensure_topics()
+    producer = broker.producer()
+    for i in range(40):
+        pid = 300 + i % 4
+        frames = [f"thread:{pid}", f"py:work{i % 3} (w.py:{i % 3})"]
+        datum = sample(i * S // 2, frames, pid=pid, tid=pid)
+        producer.produce(
+            names.RAW_STACK.name, str(pid).encode(), codec.encode(names.RAW_STACK.record, datum)
+        )
+    for i, (api, address, size) in enumerate(
+        [("cudaMalloc", 0x10, 4096), ("cudaLaunchKernel", 0, 0), ("cudaFree", 0x10, 0)] * 3
+    ):
+        for pid in (300, 301):
+            datum = call(api, (i + 1) * 3 * S, address + i, size, pid=pid, tid=pid)
+            if api == "cudaFree":
+                datum["address"] = address + i - 2  # the allocation two calls before
+            producer.produce(
+                names.RAW_GPU.name, str(pid).encode(), codec.encode(names.RAW_GPU.record, datum)
+            )
+    producer.produce(names.RAW_GPU.name, b"300", b"poison")
+
+    agg = EmbeddedProfileAgg(broker, codec, SETTINGS)
+    assert agg.run_once(now_ns=0, limit=7) == 7
+    while agg.run_once(now_ns=0):
+        pass
+    agg.finish()
+
+    reference = ProfileStep(codec, SETTINGS)
+    expected = [
+        o
+        for m in drain(broker, "reference", (names.RAW_STACK.name, names.RAW_GPU.name))
+        for o in reference.process(m)
+    ]
+    expected += reference.flush()
+    got = drain(broker, "check", (names.DERIVED_PROFILE.name, names.DEAD_LETTER.name))
+    assert sorted((m.topic, m.key, m.value) for m in got) == sorted(
+        (o.topic, o.key, o.value) for o in expected
+    )
+    counters = agg.counters()
+    assert counters["consumed"] == 40 + 18 + 1 and counters["dead_letters"] == 1
+    assert counters["gpu_unknown_frees"] == 0 and counters["live_allocations"] == 0
+    profiles = [codec.decode(m.value)[1] for m in got if m.topic == names.DERIVED_PROFILE.name]
+    assert sum(sum(p["stacks"].values()) for p in profiles if p["profile_type"] == "ON_CPU") == 40
+    assert {p["profile_type"] for p in profiles} == {
+        "ON_CPU",
+        "GPU_MEM_ALLOC",
+        "GPU_MEM_INUSE",
+        "GPU_LAUNCH",
+    }
