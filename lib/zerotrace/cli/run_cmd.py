@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         while not stop:
-            moved = len(collector.pump(50))
+            moved = collector.pump(50)
             moved += correlate()
             moved += indexer.run_once(0)
             now = time.monotonic()

@@ -44,10 +44,11 @@ class Collector:
         self.published = 0
         self.backpressure = 0
 
-    def pump(self, timeout_ms: int = 100) -> list[RawRecord]:
-        """Move what the feeds have to the bus; returns the records published. The timeout
-        is shared: the first feed may wait for it, the others are only drained."""
-        published = []
+    def pump(self, timeout_ms: int = 100) -> int:
+        """Move what the feeds have to the bus; returns how many records were published. The
+        timeout is shared: the first feed may wait for it, the others are only drained.
+        Records are encoded and handed over one by one, none kept."""
+        published = 0
         for i, feed in enumerate(self._feeds):
             keep = None if feed.follows else self._keep
             for raw in feed.poll(timeout_ms if i == 0 else 0):
@@ -61,8 +62,8 @@ class Collector:
                     except Backpressure:
                         self.backpressure += 1  # wait for the broker rather than drop
                         self._producer.flush(1.0)
-                published.append(raw)
-        self.published += len(published)
+                published += 1
+        self.published += published
         return published
 
     def counters(self) -> dict[str, int]:

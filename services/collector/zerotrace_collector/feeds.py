@@ -6,7 +6,7 @@ topic, key and record they become. A feed owns its probe: attach, poll, close.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,7 +41,7 @@ class Feed(Protocol):
         """Load and attach; raises ProbeUnavailable with one line when it cannot."""
         ...
 
-    def poll(self, timeout_ms: int) -> Sequence[RawRecord]: ...
+    def poll(self, timeout_ms: int) -> Iterable[RawRecord]: ...
 
     def counters(self) -> dict[str, int]:
         """Named counts of what was lost or refused (lost events, malformed, truncated)."""
@@ -104,9 +104,13 @@ class SocketFeed:
             self._containers[pid] = container_id_of(pid)
         return self._containers[pid]
 
-    def poll(self, timeout_ms: int) -> list[RawRecord]:
-        out = []
-        for sample in self.probe.poll(timeout_ms):
+    def poll(self, timeout_ms: int) -> Iterator[RawRecord]:
+        """One record at a time, each sample let go once it is converted: a drained ring
+        buffer (16 MiB) is held once, not once as samples and once more as records."""
+        samples = self.probe.poll(timeout_ms)
+        samples.reverse()
+        while samples:
+            sample = samples.pop()
             endpoints = self.probe.endpoints(sample)
             container = self._container(sample.pid)
             if isinstance(sample, SocketDataSample):
@@ -120,8 +124,7 @@ class SocketFeed:
                 )
                 topic, record = names.RAW_CONN, names.RAW_CONN.record
             # Keyed by connection: every event of a conversation meets on one partition.
-            out.append(RawRecord(topic.name, str(datum["conn_id"]).encode(), record, datum))
-        return out
+            yield RawRecord(topic.name, str(datum["conn_id"]).encode(), record, datum)
 
     def counters(self) -> dict[str, int]:
         p = self.probe

@@ -160,7 +160,7 @@ class SocketProbe:
         """CLOSE events made for connections of processes that exited."""
         """(pid, fd) entries written from /proc at attach."""
         self._bpf: Any = None
-        self._pending: list[bytes] = []
+        self._pending: list[SocketSample] = []
         self._lost_at_close = 0
         self._last_sweep = 0.0
 
@@ -390,7 +390,15 @@ class SocketProbe:
     # -- events --------------------------------------------------------------
 
     def _on_ring_event(self, _ctx: Any, data: int, size: int) -> int:
-        self._pending.append(ctypes.string_at(data, size))
+        # Decoded at once: the event's buffer (up to the payload cap) is dropped here, so a
+        # drained ring costs its samples' memory once, not twice.
+        try:
+            sample = decode_socket_event(ctypes.string_at(data, size))
+        except MalformedEvent:
+            self.malformed += 1
+            return 0
+        if self._keep(sample):
+            self._pending.append(sample)
         return 0
 
     def poll(self, timeout_ms: int) -> list[SocketSample]:
@@ -402,16 +410,7 @@ class SocketProbe:
         if self._bpf is None:
             raise RuntimeError("poll() before attach()")
         self._bpf.ring_buffer_poll(timeout=timeout_ms)
-        raw, self._pending = self._pending, []
-        out: list[SocketSample] = []
-        for buf in raw:
-            try:
-                sample = decode_socket_event(buf)
-            except MalformedEvent:
-                self.malformed += 1
-                continue
-            if self._keep(sample):
-                out.append(sample)
+        out, self._pending = self._pending, []
         now = time.monotonic()
         if now - self._last_sweep > _SWEEP_EVERY_S:
             self._last_sweep = now
