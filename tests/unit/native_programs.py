@@ -108,18 +108,18 @@ def split_debug(path: Path, debug_file: Path) -> Path:
     return debug_file
 
 
-def nm_symbols(path: Path) -> dict[str, tuple[int, int]]:
-    """name -> (address, size) of the code symbols, as binutils' nm reads them."""
-    text = subprocess.run(
-        ["nm", "-S", "--defined-only", str(path)], check=True, capture_output=True, text=True
-    ).stdout
+def nm_symbols(path: Path, *, dynamic: bool = False) -> dict[str, tuple[int, int]]:
+    """name -> (address, size) of the code symbols, as binutils' nm reads them (from
+    .dynsym when *dynamic*)."""
+    args = ["nm", "-S", "--defined-only", *(["-D"] if dynamic else []), str(path)]
+    text = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     out: dict[str, tuple[int, int]] = {}
     for line in text.splitlines():
         cols = line.split()
         if len(cols) == 4 and cols[2] in "tTwW":
-            out[cols[3]] = (int(cols[0], 16), int(cols[1], 16))
+            out[cols[3].split("@")[0]] = (int(cols[0], 16), int(cols[1], 16))
         elif len(cols) == 3 and cols[1] in "tTwW":
-            out[cols[2]] = (int(cols[0], 16), 0)
+            out[cols[2].split("@")[0]] = (int(cols[0], 16), 0)
     return out
 
 

@@ -4,11 +4,14 @@ against binutils (nm) and the ELF program headers."""
 from __future__ import annotations
 
 import io
+import struct
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.unit.native_programs import (
     CPP_LIB,
@@ -20,6 +23,7 @@ from tests.unit.native_programs import (
     stripped,
 )
 from zerotrace_collector.symbols.elf_cache import ElfCache, file_key
+from zerotrace_collector.symbols.elf_sections import parse_build_id, parse_debuglink
 from zerotrace_collector.symbols.elf_symbols import ElfError, load_elf, parse_elf
 
 pytestmark = pytest.mark.skipif(not have_compilers(), reason="needs gcc, g++ and binutils")
@@ -157,3 +161,46 @@ def test_truncated_elf_raises_elf_error(built: Path) -> None:
             continue
         # Headers may survive a cut; then whatever is left must still be consistent.
         assert image.symbol_at(0) is None or isinstance(image.symbol_at(0), str)
+
+
+def _note(name: bytes, kind: int, desc: bytes) -> bytes:
+    def pad(b: bytes) -> bytes:
+        return b + b"\0" * (-len(b) % 4)
+
+    return struct.pack("<III", len(name), len(desc), kind) + pad(name) + pad(desc)
+
+
+def test_build_id_among_other_notes() -> None:
+    notes = _note(b"GNU\0", 1, b"\0" * 16) + _note(b"GNU\0", 3, bytes(range(20)))
+    assert parse_build_id(notes, True) == bytes(range(20)).hex()
+    assert parse_build_id(_note(b"XYZ\0", 3, b"\x01\x02"), True) is None
+    assert parse_build_id(notes[:-4], True) is None  # truncated descriptor
+    assert parse_build_id(b"", True) is None
+    assert parse_debuglink(b"libc.so.6.debug\0\0\0\x12\x34\x56\x78") == "libc.so.6.debug"
+    assert parse_debuglink(b"\0abc") is None
+
+
+@pytest.fixture(scope="module")
+def small_lib(built: Path) -> bytes:
+    return build_library(built, "libzt_fuzz.so").read_bytes()
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), min_size=1, max_size=8))
+def test_a_corrupt_file_is_an_elf_error_or_a_usable_image(
+    small_lib: bytes, flips: list[tuple[int, int]]
+) -> None:
+    data = bytearray(small_lib)
+    # Hit the headers most: the ELF header, and the section header table at the end.
+    for where, value in flips:
+        spot = where % 64 if where % 3 == 0 else len(data) - 1 - where % 2048
+        data[spot] = value
+    try:
+        image = parse_elf(io.BytesIO(bytes(data)))
+    except ElfError:
+        return
+    for offset in (0, 0x1000, 0x1100, len(data) // 2):
+        found = image.symbol_at(offset)
+        assert found is None or (isinstance(found, str) and ";" not in found)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from zerotrace_collector.symbols.kallsyms import parse_kallsyms
 from zerotrace_collector.symbols.proc_maps import read_proc_text
@@ -67,3 +69,34 @@ def test_the_running_kernel() -> None:
     )
     assert table.lookup(address) == "schedule"
     assert table.lookup(address + 4) == "schedule"
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 1 << 16),
+            st.sampled_from("tTdDbrW"),
+            st.from_regex(r"[a-z_]{1,8}", fullmatch=True),
+        ),
+        max_size=40,
+    ),
+    st.lists(st.integers(0, 1 << 17), max_size=30),
+)
+def test_lookup_agrees_with_a_scan(symbols: list[tuple[int, str, str]], probes: list[int]) -> None:
+    table = parse_kallsyms("".join(f"{a:016x} {t} {n}\n" for a, t, n in symbols))
+    # The oracle: at each address the text symbol first by name (else a data symbol wins
+    # the address); a text symbol runs to the next address of any symbol.
+    by_address: dict[int, list[tuple[bool, str]]] = {}
+    for address, kind, name in symbols:
+        by_address.setdefault(address, []).append((kind not in "tTwW", name))
+    starts = sorted(by_address)
+    for probe in probes:
+        before = [a for a in starts if a <= probe]
+        expected = None
+        if before:
+            at = before[-1]
+            is_data, name = min(by_address[at])
+            later = [a for a in starts if a > at]
+            if not is_data and later:
+                expected = name
+        assert table.lookup(probe) == expected

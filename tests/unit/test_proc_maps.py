@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from zerotrace_collector.symbols.proc_maps import (
     MapIndex,
@@ -12,6 +14,7 @@ from zerotrace_collector.symbols.proc_maps import (
     map_files_path,
     parse_proc_maps,
     parse_start_time,
+    parse_stat,
     read_proc_text,
 )
 
@@ -80,6 +83,8 @@ STAT = (
 
 def test_start_time_is_field_22_counted_after_the_command_name() -> None:
     assert parse_start_time(STAT) == 35274
+    assert parse_stat(STAT) == ("R", 35274)
+    assert parse_stat(STAT.replace(") R ", ") Z ")) == ("Z", 35274)
     assert parse_start_time("1 (init) S 0 1") is None
     assert parse_start_time("no parentheses here") is None
     assert parse_start_time(STAT.replace("35274", "x")) is None
@@ -100,3 +105,27 @@ def test_reads_of_this_process_and_of_nothing() -> None:
 @pytest.mark.parametrize("line", ["", "   ", "1-2", "1-2 r-xp 0 00:00"])
 def test_short_lines_are_skipped(line: str) -> None:
     assert parse_proc_maps(line) == []
+
+
+@given(st.text())
+def test_any_text_parses_without_raising(text: str) -> None:
+    for m in parse_proc_maps(text):
+        assert m.end > m.start
+    parse_stat(text)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(1, 1 << 12)), max_size=30),
+    st.lists(st.integers(0, 1 << 21), max_size=30),
+)
+def test_find_agrees_with_a_scan(gaps_sizes: list[tuple[int, int]], probes: list[int]) -> None:
+    lines, at = [], 0
+    for gap, size in gaps_sizes:
+        start = at + gap
+        lines.append(f"{start:x}-{start + size:x} r-xp 00000000 08:01 7 /lib/x{start}.so")
+        at = start + size
+    maps = parse_proc_maps("\n".join(lines))
+    index = MapIndex(maps)
+    for address in probes:
+        expected = next((m for m in maps if m.start <= address < m.end), None)
+        assert index.find(address) == expected

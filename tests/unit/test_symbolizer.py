@@ -152,6 +152,23 @@ def test_process_gone_and_exited_mid_sample(built: Path, targets: list[Target]) 
     assert sym.counters()["process_gone"] == 2
 
 
+def test_zombie_keeps_its_frames(built: Path, targets: list[Target]) -> None:
+    t = start(targets, built / "zt_target")
+    sym = Symbolizer()
+    a = t.addresses["zt_alpha"]
+    assert sym.user_frames(t.pid, [a]) == ["native:zt_alpha [zt_target]"]
+    t.proc.kill()
+    for _ in range(200):  # dead but not reaped: a zombie, same pid, same start time
+        stat = Path(f"/proc/{t.pid}/stat").read_text()
+        if stat.rpartition(")")[2].split()[0] == "Z":
+            break
+        time.sleep(0.005)
+    else:
+        raise AssertionError("no zombie")
+    assert sym.user_frames(t.pid, [a]) == ["native:zt_alpha [zt_target]"]
+    assert "pid_reused" not in sym.counters()
+
+
 def test_reused_pid_in_a_proc_tree(built: Path, targets: list[Target], tmp_path: Path) -> None:
     """The same pid number shown first for one process, then for another (a proc tree of
     links to the real /proc entries): the second must not get the first one's names."""
@@ -283,3 +300,42 @@ def test_kernel_frames_of_the_running_kernel() -> None:
         if cols[2] == "schedule" and cols[1] in "tT"
     )
     assert Symbolizer().kernel_frames([address + 8]) == ["kernel:schedule"]
+
+
+def test_vdso_functions_are_named(built: Path, targets: list[Target], tmp_path: Path) -> None:
+    t = start(targets, built / "zt_target")
+    maps = parse_proc_maps(Path(f"/proc/{t.pid}/maps").read_text())
+    vdso = next(m for m in maps if m.path == "[vdso]")
+    # Where clock_gettime lies: the vdso's symbols as binutils reads them, from a copy taken
+    # out of this process (the same image in every process of this kernel).
+    own = next(
+        m for m in parse_proc_maps(Path("/proc/self/maps").read_text()) if m.path == "[vdso]"
+    )
+    with open("/proc/self/mem", "rb") as mem:
+        mem.seek(own.start)
+        copy = tmp_path / "vdso.so"
+        copy.write_bytes(mem.read(own.end - own.start))
+    truth = nm_symbols(copy, dynamic=True)
+    start_, _ = truth.get("clock_gettime", truth.get("__vdso_clock_gettime", (0, 0)))
+    assert start_, truth
+    sym = Symbolizer()
+    assert sym.user_frames(t.pid, [vdso.start + start_ + 2]) == ["native:clock_gettime [vdso]"]
+    assert sym.module_of(t.pid, vdso.start) == "[vdso]"
+
+
+def test_kallsyms_is_read_again_after_a_miss_rarely(tmp_path: Path) -> None:
+    path = tmp_path / "kallsyms"
+    path.write_text(
+        "ffffffff81000000 T _stext\nffffffff81001000 T schedule\nffffffff81002000 d x\n"
+    )
+    clock = Clock()
+    sym = Symbolizer(kallsyms_path=str(path), clock=clock, kallsyms_reread_s=60)
+    late = 0xFFFFFFFFA0000010
+    assert sym.kernel_frames([late]) == ["kernel:[unknown]"]
+    # A BPF program loaded since: its symbol appears in kallsyms.
+    path.write_text(path.read_text() + "ffffffffa0000000 t bpf_prog_6deef7357e7b4530_F\n")
+    path.write_text(path.read_text() + "ffffffffa0000100 t bpf_prog_end\n")
+    assert sym.kernel_frames([late]) == ["kernel:[unknown]"]  # too soon to read again
+    clock.now += 61
+    assert sym.kernel_frames([late, late]) == ["kernel:bpf_prog_6deef7357e7b4530_F"] * 2
+    assert sym.counters()["kallsyms_reread"] == 1

@@ -13,13 +13,15 @@ to the file, in its .debug/ folder and under /usr/lib/debug.
 
 from __future__ import annotations
 
+import io
 import os
 from collections import Counter, OrderedDict
 from typing import NamedTuple
 
-from zerotrace_collector.symbols.elf_symbols import ElfError, ElfImage, load_elf
+from zerotrace_collector.symbols.elf_symbols import ElfError, ElfImage, load_elf, parse_elf
+from zerotrace_collector.symbols.proc_maps import parse_proc_maps, read_proc_memory, read_proc_text
 
-__all__ = ["ElfCache", "FileKey", "file_key"]
+__all__ = ["ElfCache", "FileKey", "file_key", "load_own_vdso"]
 
 
 class FileKey(NamedTuple):
@@ -123,3 +125,19 @@ class ElfCache:
 
 def _weight(image: ElfImage | None) -> int:
     return 64 if image is None else 256 + image.symbols.weight
+
+
+def load_own_vdso() -> ElfImage | None:
+    """The vdso image, copied out of this process's memory, or None.
+
+    The kernel maps one vdso image (per ABI) into every process, so this process's copy
+    names the vdso functions of any 64-bit process it observes; no file holds it."""
+    maps = parse_proc_maps(read_proc_text("/proc/self/maps") or "")
+    vdso = next((m for m in maps if m.path == "[vdso]"), None)
+    if vdso is None:
+        return None
+    data = read_proc_memory("/proc/self/mem", vdso.start, vdso.end - vdso.start)
+    try:
+        return parse_elf(io.BytesIO(data)) if data else None
+    except ElfError:
+        return None

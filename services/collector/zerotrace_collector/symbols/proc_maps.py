@@ -18,6 +18,8 @@ __all__ = [
     "map_files_path",
     "parse_proc_maps",
     "parse_start_time",
+    "parse_stat",
+    "read_proc_memory",
     "read_proc_text",
 ]
 
@@ -89,8 +91,9 @@ def parse_proc_maps(text: str) -> list[Mapping]:
     return out
 
 
-def parse_start_time(stat_text: str) -> int | None:
-    """Field 22 of /proc/PID/stat (start time in clock ticks after boot), or None.
+def parse_stat(stat_text: str) -> tuple[str, int] | None:
+    """(state, start time) from /proc/PID/stat text: field 3 (R, S, D, Z, ...) and field 22
+    (start time in clock ticks after boot), or None when malformed.
 
     The command name (field 2) is in parentheses and may itself hold spaces and ')', so the
     fields are counted from the last ')'.
@@ -103,9 +106,15 @@ def parse_start_time(stat_text: str) -> int | None:
     if len(fields) < 20:
         return None
     try:
-        return int(fields[19])
+        return fields[0], int(fields[19])
     except ValueError:
         return None
+
+
+def parse_start_time(stat_text: str) -> int | None:
+    """Field 22 of /proc/PID/stat, or None (see :func:`parse_stat`)."""
+    stat = parse_stat(stat_text)
+    return None if stat is None else stat[1]
 
 
 def read_proc_text(path: str) -> str | None:
@@ -114,6 +123,16 @@ def read_proc_text(path: str) -> str | None:
         with open(path, encoding="utf-8", errors="surrogateescape") as f:
             return f.read()
     except (OSError, ValueError):
+        return None
+
+
+def read_proc_memory(path: str, address: int, length: int) -> bytes | None:
+    """*length* bytes at *address* of a process, through its /proc/PID/mem, or None."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            f.seek(address)
+            return f.read(length)
+    except (OSError, ValueError, OverflowError):
         return None
 
 
