@@ -285,3 +285,27 @@ def test_a_process_seen_again_after_a_tick_makes_no_second_window() -> None:
     assert len(ids) == len(set(ids))
     assert fold.counters()["gpu_late"] == 2
     assert sum(r["dropped"] for r in again) == 2
+
+
+def test_tick_closes_a_quiet_process_while_others_keep_sending() -> None:
+    fold = ProfileFold(SETTINGS)
+    fold.add_stack(sample(1 * S, ["a"], pid=7), source=("raw.stack", 0))
+    closed = fold.tick(1000 * S)  # everyone sent since the last tick: nothing moves
+    for t in range(2, 31):
+        fold.add_stack(sample(t * S, ["b"], pid=8), source=("raw.stack", 0))
+        closed += fold.tick(1000 * S)
+    # pid 7 closed by the input's own time (17 s - 5 s lag reached 0 + 10 s + 2 s), not by the
+    # clock; then forgotten, so later ticks leave it alone. pid 8 closes by its own records.
+    assert [(r["pid"], r["window_start_ns"]) for r in closed] == [(7, 0)]
+    assert fold.windows.mark(("n", 7, "stack")) == 12 * S
+
+
+def test_tick_does_not_push_a_process_past_a_lagging_partition() -> None:
+    fold = ProfileFold(SETTINGS)
+    fold.add_stack(sample(8 * S, ["c"], pid=9), source=("raw.stack", 1))  # a partition behind
+    fold.tick(1000 * S)
+    fold.add_stack(sample(12 * S, ["c"], pid=10), source=("raw.stack", 1))
+    fold.add_stack(sample(29 * S, ["d"], pid=8), source=("raw.stack", 0))
+    assert fold.tick(1000 * S) == []  # pid 9 moves to 12 - 5 s only: its window stays open
+    assert fold.add_stack(sample(9 * S, ["c"], pid=9), source=("raw.stack", 1)) == []
+    assert fold.late_samples == 0

@@ -12,7 +12,7 @@ PoisonInput before changing any state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -25,6 +25,9 @@ from zerotrace_profiler_agg.windows import Key, Series, Windows, folded, record_
 # The types a stack sample may carry; the GPU memory and launch profiles are built from raw.gpu
 # calls, and a sample claiming one would make a second window with the same id.
 STACK_TYPES = frozenset({"ON_CPU", "OFF_CPU", "GPU_TIME"})
+# An input partition this far behind the newest is taken as idle, not lagging: it stops
+# holding back the time a tick gives to quiet series (as the correlator's watermark does).
+IDLE_SOURCE_NS = 30_000_000_000
 
 
 class ProfileFold:
@@ -34,21 +37,25 @@ class ProfileFold:
         self.table = LiveAllocations(s.live_allocations)
         self.gpu = GpuFold(self.windows, self.table, s.quiet_windows)
         self._tick_lag_ns = s.tick_lag_ms * MS
-        self._input_since_tick = False
+        self._touched: set[Series] = set()  # series with records since the last tick
+        self._source_ns: dict[Hashable, int] = {}  # newest event time per input partition
         self.samples = 0
         self.late_samples = 0
 
-    def add_stack(self, sample: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """One raw.stack datum; returns the derived.profile data it completed, sorted."""
+    def add_stack(
+        self, sample: Mapping[str, Any], source: Hashable = "stack"
+    ) -> list[dict[str, Any]]:
+        """One raw.stack datum; returns the derived.profile data it completed, sorted.
+        source: the input partition it came from (see tick)."""
         profile_type, weight = str(sample["profile_type"]), int(sample["weight"])
         if profile_type not in STACK_TYPES:
             raise PoisonInput(f"a stack sample of type {profile_type}: those come from raw.gpu")
         if weight < 0:
             raise PoisonInput(f"a stack sample with a negative weight ({weight})")
-        self._input_since_tick = True
         self.samples += 1
         node, pid, ts = sample["node_id"], int(sample["pid"]), int(sample["ts_ns"])
         series: Series = (node, pid, "stack")
+        self._seen(series, source, ts)
         key: Key = (node, sample["process_name"], pid, profile_type)
         if self.windows.observe(series, ts):
             self.late_samples += 1
@@ -58,25 +65,36 @@ class ProfileFold:
             self.windows.add(series, key, ts, stack, weight)
         return self.windows.close_due(series)
 
-    def add_gpu(self, call: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def add_gpu(self, call: Mapping[str, Any], source: Hashable = "gpu") -> list[dict[str, Any]]:
         """One raw.gpu datum; returns the derived.profile data it completed, sorted."""
         if int(call["size"]) < 0:
             raise PoisonInput(f"a GPU call of {call['api']} with a negative size")
-        self._input_since_tick = True
+        self._seen((call["node_id"], int(call["pid"]), "gpu"), source, int(call["end_ns"]))
         return sorted(self.gpu.add(call), key=record_order)
 
     def tick(self, now_ns: int) -> list[dict[str, Any]]:
-        """Called by a shell about once a second with the clock. When no record came since the
-        previous tick, every series' event time moves up to now_ns minus the tick lag, so the
-        last windows of a quiet input close. While records come, their times rule alone."""
-        if self._input_since_tick:
-            self._input_since_tick = False
-            return []
+        """Called by a shell about once a second with the clock: lets time pass for the series
+        that got no record since the previous tick (a process that exited, an input gone
+        quiet), so their last windows close; a series with records moves by their times alone.
+
+        A quiet series moves up to a reference time minus the tick lag: the clock when no
+        record at all came since the previous tick; else the input's own event time, the
+        oldest of the newest times of its partitions (those less than IDLE_SOURCE_NS behind
+        the newest), so a worker going through a backlog does not push a process that is
+        merely further back in it past its records, which would make them late."""
+        if self._touched:
+            newest = max(self._source_ns.values())
+            active = [t for t in self._source_ns.values() if newest - t < IDLE_SOURCE_NS]
+            reference = min(min(active), now_ns)
+        else:
+            reference = now_ns
+        reference -= self._tick_lag_ns
         out = []
         for series in self.windows.series():
-            if self.windows.mark(series) < now_ns - self._tick_lag_ns:
-                self.windows.raise_mark(series, now_ns - self._tick_lag_ns)
-            out += self._settle(series, final=False)
+            if series not in self._touched and self.windows.mark(series) < reference:
+                self.windows.raise_mark(series, reference)
+                out += self._settle(series, final=False)
+        self._touched.clear()
         return sorted(out, key=record_order)
 
     def flush(self) -> list[dict[str, Any]]:
@@ -93,6 +111,10 @@ class ProfileFold:
             "live_allocations": len(self.table),
             **{f"gpu_{name}": value for name, value in asdict(self.gpu.counters).items()},
         }
+
+    def _seen(self, series: Series, source: Hashable, ts: int) -> None:
+        self._touched.add(series)
+        self._source_ns[source] = max(self._source_ns.get(source, ts), ts)
 
     def _settle(self, series: Series, final: bool) -> list[dict[str, Any]]:
         """Close what is due in one series (everything when final) and forget the series'

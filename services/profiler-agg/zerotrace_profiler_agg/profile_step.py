@@ -52,7 +52,9 @@ class ProfileStep:
         self.counters.consumed += 1
         try:
             record, datum = self._codec.decode(message.value)
-            return self.process_record(record, datum, message.topic)
+            return self.process_record(
+                record, datum, message.topic, (message.topic, message.partition)
+            )
         except PoisonInput as exc:
             self.counters.dead_letters += 1
             topic, key, value = dead_letter(
@@ -61,13 +63,18 @@ class ProfileStep:
             return [Output(topic, key, value)]
 
     def process_record(
-        self, record: str, datum: Mapping[str, Any], where: str = "a record"
+        self,
+        record: str,
+        datum: Mapping[str, Any],
+        where: str = "a record",
+        source: tuple[str, int] = ("record", 0),
     ) -> list[Output]:
-        """A decoded raw record: the same logic without the bytes (replays, tests)."""
+        """A decoded raw record: the same logic without the bytes (replays, tests).
+        source: (topic, partition) it was read from."""
         if record == names.RAW_STACK.record:
-            return self._encode(self.fold.add_stack(datum))
+            return self._encode(self.fold.add_stack(datum, source))
         if record == names.RAW_GPU.record:
-            return self._encode(self.fold.add_gpu(datum))
+            return self._encode(self.fold.add_gpu(datum, source))
         raise PoisonInput(f"{where} carries {record}, which profiler-agg does not take")
 
     def tick(self, now_ns: int) -> list[Output]:
