@@ -3,6 +3,10 @@
 One agent over both topics and one timer share ONE step, so the live-allocation table and the
 windows are in one place. faust runs agents and timers on one event loop, so the step is never
 entered twice at once.
+
+State lives in memory: faust commits offsets of messages already folded, so a restarted worker
+loses the windows that were open (at most a window plus the lateness) and starts with an empty
+allocation table (frees of older allocations then count as unknown frees).
 """
 
 from __future__ import annotations
