@@ -13,7 +13,9 @@ it has live allocations and had memory calls in one of the last `quiet_windows` 
 idle process keeps showing what it holds, a dead one stops after a while; a reader takes the
 latest snapshot at or before the time it asks for), or when something happened to it in that
 window (a free, an eviction, a lost free): a process whose memory went back to zero gets an
-empty snapshot.
+empty snapshot. A snapshot's `samples` is the number of live allocations it shows; `dropped`
+counts what its process lost in that window (evictions, lost and double frees, late frees,
+allocations of a reused pid).
 
 Pid reuse: an allocation or free from a process's main thread (tid == pid) whose process name
 differs from the previous main-thread call of that pid means a new program holds the pid (an
