@@ -32,7 +32,7 @@ Every setting is also an environment variable: `zerotrace settings` lists them.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from zerotrace.cli import infra_cmd, packet_cmds, run_cmd, service_cmds
+    from zerotrace.cli import infra_cmd, packet_cmds, profile_cmd, run_cmd, service_cmds
 
     parser = argparse.ArgumentParser(
         prog="zerotrace",
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     service_cmds.register(sub)
     packet_cmds.register(sub)
     infra_cmd.register(sub)
+    profile_cmd.register(sub)
     return parser
 
 
