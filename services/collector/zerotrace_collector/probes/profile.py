@@ -1,0 +1,232 @@
+"""bcc shell around ``bpf/profile.c``: on-CPU samples and off-CPU intervals as
+:class:`~.profile_decode.ProfileSample`.
+
+Decoding lives in :mod:`.profile_decode`, Python process facts in
+:mod:`zerotrace_collector.python_procs`; this module compiles, attaches the perf event and the
+tracepoints, fills the ``zt_py_procs`` and ``zt_follow`` maps, polls and tears down. bcc is
+imported lazily so the module imports (and ``program_text()`` works) without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
+
+from ..python_procs import PythonProcess
+from .bcc_loader import ProbeUnavailable, bcc_for, compile_program
+from .profile_decode import MalformedEvent, ProfileLayout, ProfileSample
+
+__all__ = ["DEFAULT_RATE_HZ", "ProbeUnavailable", "ProfileProbe", "program_text"]
+
+PROGRAM_FILE: Final = "profile.c"
+# Compiled first, as part of the main text: bcc rewrites map accesses only there.
+PYTHON_STACK_FILE: Final = "python_stack.h"
+# A prime near 100: a sampler at exactly 100 Hz (or 99, 50...) can fall into lock step with
+# work driven by 100 Hz/10 ms timers and see the same phase of it every time; 97 does not.
+DEFAULT_RATE_HZ: Final = 97
+DEFAULT_OFFCPU_MIN_NS: Final = 1_000_000
+_STAT_LOST: Final = 0
+_STAT_OFFCPU_FULL: Final = 1
+_PERF_TYPE_SOFTWARE: Final = 1
+_PERF_COUNT_SW_CPU_CLOCK: Final = 0
+
+
+class ProfileProbe:
+    """CPU profiler. ``pids=None`` profiles every process (but the collector); a set of pids
+    profiles those and what they fork from then on.
+
+    Usage::
+
+        with ProfileProbe(Path("bpf"), pids={1234}) as probe:
+            probe.add_python(python_procs.inspect(1234))
+            samples = probe.poll(100)
+    """
+
+    def __init__(
+        self,
+        bpf_dir: Path,
+        *,
+        rate_hz: int = DEFAULT_RATE_HZ,
+        off_cpu: bool = True,
+        off_cpu_min_ns: int = DEFAULT_OFFCPU_MIN_NS,
+        pids: set[int] | None = None,
+        stack_depth: int = 32,
+        py_depth: int = 48,
+        ringbuf_pages: int = 512,
+        self_pid: int | None = None,
+    ) -> None:
+        if rate_hz < 0 or off_cpu_min_ns < 0:
+            raise ValueError("rate_hz and off_cpu_min_ns must be >= 0")
+        for name, value in (("stack_depth", stack_depth), ("ringbuf_pages", ringbuf_pages)):
+            if value <= 0 or value & (value - 1):
+                raise ValueError(f"{name} must be a power of two, got {value}")
+        if not 1 <= py_depth <= 128:
+            raise ValueError(f"py_depth must be 1..128, got {py_depth}")
+        self.bpf_dir = Path(bpf_dir).resolve()
+        self.rate_hz = rate_hz
+        self.off_cpu = off_cpu
+        self.off_cpu_min_ns = off_cpu_min_ns
+        self.pids = None if pids is None else set(pids)
+        self.layout = ProfileLayout(stack_depth, py_depth)
+        self.ringbuf_pages = ringbuf_pages
+        self.self_pid = os.getpid() if self_pid is None else self_pid
+        self.malformed = 0
+        self._bpf: Any = None
+        self._pending: list[ProfileSample] = []
+        self._lost_at_close = 0
+
+    # -- program -------------------------------------------------------------
+
+    @property
+    def source_path(self) -> Path:
+        return self.bpf_dir / PROGRAM_FILE
+
+    def cflags(self) -> list[str]:
+        return [
+            f"-I{self.bpf_dir}",
+            f"-DZT_SELF_PID={self.self_pid}",
+            f"-DZT_FOLLOW={int(self.pids is not None)}",
+            f"-DZT_OFFCPU={int(self.off_cpu)}",
+            f"-DZT_OFFCPU_MIN_NS={self.off_cpu_min_ns}ULL",
+            f"-DZT_STACK_DEPTH={self.layout.stack_depth}",
+            f"-DZT_PY_MAX_DEPTH={self.layout.py_depth}",
+            f"-DZT_RINGBUF_PAGES={self.ringbuf_pages}",
+        ]
+
+    def _read(self, name: str) -> str:
+        path = self.bpf_dir / name
+        try:
+            return path.read_text()
+        except OSError as exc:
+            raise ProbeUnavailable(f"cannot read BPF program {path}: {exc.strerror}") from exc
+
+    def _source(self) -> str:
+        return self._read(PYTHON_STACK_FILE) + "\n" + self._read(PROGRAM_FILE)
+
+    def program_text(self) -> str:
+        """The exact C text handed to bcc, preceded by a comment with its cflags."""
+        return f"/* bcc cflags: {' '.join(self.cflags())} */\n{self._source()}"
+
+    # -- lifecycle -----------------------------------------------------------
+
+    @property
+    def attached(self) -> bool:
+        return self._bpf is not None
+
+    def attach(self) -> None:
+        """Compile and attach; raise :class:`ProbeUnavailable` with one line on any failure."""
+        if self._bpf is not None:
+            return
+        tracepoints = []
+        if self.off_cpu:
+            tracepoints.append(("sched", "sched_switch"))
+        if self.pids is not None:
+            tracepoints.append(("sched", "sched_process_fork"))
+        bpf_class = bcc_for("CPU profiler", tracepoints)
+        bpf = compile_program(bpf_class, self._source(), self.cflags(), self.source_path)
+        try:
+            if self.pids is not None:
+                follow = bpf[b"zt_follow"]
+                for pid in self.pids:
+                    follow[follow.Key(pid)] = follow.Leaf(1)
+            bpf[b"zt_profile_events"].open_ring_buffer(self._on_event)
+            if self.rate_hz:
+                bpf.attach_perf_event(
+                    ev_type=_PERF_TYPE_SOFTWARE,
+                    ev_config=_PERF_COUNT_SW_CPU_CLOCK,
+                    fn_name=b"zt_profile_on_cpu",
+                    sample_freq=self.rate_hz,
+                )
+        except Exception as exc:
+            bpf.cleanup()
+            raise ProbeUnavailable(f"attaching the CPU profiler failed: {exc}") from exc
+        self._bpf = bpf
+
+    def close(self) -> None:
+        """Detach and free the program. Safe to call more than once."""
+        if self._bpf is None:
+            return
+        self._lost_at_close = self.lost
+        bpf, self._bpf = self._bpf, None
+        bpf.cleanup()
+
+    def __enter__(self) -> Self:
+        self.attach()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- maps ----------------------------------------------------------------
+
+    def _table(self, name: str) -> Any:
+        if self._bpf is None:
+            raise RuntimeError("attach() first")
+        return self._bpf[name.encode()]
+
+    def add_python(self, proc: PythonProcess) -> None:
+        """Let the BPF walker read Python frames of *proc* (replaces an older entry)."""
+        table = self._table("zt_py_procs")
+        leaf = table.Leaf()
+        packed = proc.layout.walker.pack(proc.runtime_addr)
+        ctypes.memmove(ctypes.addressof(leaf), packed, len(packed))
+        table[table.Key(proc.pid)] = leaf
+
+    def forget_python(self, pid: int) -> None:
+        table = self._table("zt_py_procs")
+        with contextlib.suppress(KeyError):
+            del table[table.Key(pid)]
+
+    def follow_pid(self, pid: int) -> None:
+        """Profile *pid* and what it forks from now on (only when built with a pid set)."""
+        if self.pids is None:
+            raise RuntimeError("follow_pid() needs pids= (the probe profiles everything)")
+        self.pids.add(pid)
+        if self._bpf is not None:
+            table = self._table("zt_follow")
+            table[table.Key(pid)] = table.Leaf(1)
+
+    # -- events --------------------------------------------------------------
+
+    def _on_event(self, _ctx: Any, data: int, size: int) -> int:
+        try:
+            self._pending.append(self.layout.decode(ctypes.string_at(data, size)))
+        except MalformedEvent:
+            self.malformed += 1
+        return 0
+
+    def poll(self, timeout_ms: int) -> list[ProfileSample]:
+        """Wait up to *timeout_ms* (-1 = forever); return the samples received since."""
+        if self._bpf is None:
+            raise RuntimeError("poll() before attach()")
+        self._bpf.ring_buffer_poll(timeout=timeout_ms)
+        out, self._pending = self._pending, []
+        return out
+
+    def _stat(self, index: int) -> int:
+        table = self._table("zt_profile_stats")
+        return int(table[table.Key(index)].value)
+
+    @property
+    def lost(self) -> int:
+        """Samples dropped in the kernel (ring buffer full)."""
+        return self._lost_at_close if self._bpf is None else self._stat(_STAT_LOST)
+
+    @property
+    def off_cpu_full(self) -> int:
+        """Switch-outs not recorded because the per-thread map was full."""
+        return 0 if self._bpf is None else self._stat(_STAT_OFFCPU_FULL)
+
+
+def program_text(bpf_dir: Path, **options: Any) -> str:
+    """The final program for the given options, as ``--ebpf`` would print it."""
+    return ProfileProbe(bpf_dir, **options).program_text()

@@ -1,0 +1,106 @@
+"""Decode ``struct zt_profile_event`` (bpf/profile.c) from ring-buffer bytes (pure).
+
+The layout depends on two compile-time depths (``ZT_STACK_DEPTH`` for the kernel and user
+stacks, ``ZT_PY_MAX_DEPTH`` for Python frames), so a decoder is built for the depths the
+program was compiled with: :class:`ProfileLayout`.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Final
+
+__all__ = [
+    "EVENT_OFF_CPU",
+    "EVENT_ON_CPU",
+    "MalformedEvent",
+    "ProfileLayout",
+    "ProfileSample",
+    "PyStatus",
+]
+
+EVENT_ON_CPU: Final = 16
+EVENT_OFF_CPU: Final = 17
+
+_HEAD: Final = struct.Struct("<IIIiiIQQ16s")  # type .. comm: 56 bytes
+_PY_HEAD: Final = struct.Struct("<IIII")  # status, depth, truncated, reserved
+
+
+class MalformedEvent(ValueError):
+    """Bytes that are not a profile event of the expected layout."""
+
+
+class PyStatus(IntEnum):
+    """Mirrors enum zt_py_status in bpf/python_stack.h."""
+
+    NONE = 0  # not a known CPython process
+    OK = 1
+    NO_THREAD = 2  # no thread state for this tid
+    READ_FAIL = 3  # a user-memory read failed; frames are the leaf side only
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileSample:
+    off_cpu: bool
+    pid: int
+    tid: int
+    comm: str
+    ts_mono_ns: int  # sample time, or switch-out time for off-CPU
+    weight: int  # 1 sample, or ns blocked
+    kernel_stack: tuple[int, ...]  # leaf first
+    user_stack: tuple[int, ...]  # leaf first
+    kernel_error: bool  # bpf_get_stack failed for the kernel stack
+    user_error: bool
+    py_status: PyStatus
+    py_frames: tuple[tuple[int, int], ...]  # (code object, instruction pointer), leaf first
+    py_truncated: bool
+
+
+@dataclass(frozen=True)
+class ProfileLayout:
+    stack_depth: int = 32
+    py_depth: int = 48
+
+    @property
+    def size(self) -> int:
+        return _HEAD.size + 16 * self.stack_depth + _PY_HEAD.size + 16 * self.py_depth
+
+    def decode(self, raw: bytes) -> ProfileSample:
+        """Raise :class:`MalformedEvent` for a wrong size, type or depth."""
+        if len(raw) < self.size:
+            raise MalformedEvent(f"profile event of {len(raw)} bytes, want {self.size}")
+        kind, pid, tid, kbytes, ubytes, _, ts, weight, comm = _HEAD.unpack_from(raw)
+        if kind not in (EVENT_ON_CPU, EVENT_OFF_CPU):
+            raise MalformedEvent(f"event type {kind} is not a profile event")
+        n = self.stack_depth
+        words = struct.unpack_from(f"<{2 * n}Q", raw, _HEAD.size)
+        py_at = _HEAD.size + 16 * n
+        status, depth, truncated, _ = _PY_HEAD.unpack_from(raw, py_at)
+        if depth > self.py_depth or status > max(PyStatus):
+            raise MalformedEvent(f"python depth {depth} / status {status} out of range")
+        m = self.py_depth
+        py = struct.unpack_from(f"<{2 * m}Q", raw, py_at + _PY_HEAD.size)
+        return ProfileSample(
+            off_cpu=kind == EVENT_OFF_CPU,
+            pid=pid,
+            tid=tid,
+            comm=comm.split(b"\0", 1)[0].decode("utf-8", "replace"),
+            ts_mono_ns=ts,
+            weight=weight,
+            kernel_stack=_filled(words[:n], kbytes),
+            user_stack=_filled(words[n:], ubytes),
+            kernel_error=kbytes < 0,
+            user_error=ubytes < 0,
+            py_status=PyStatus(status),
+            py_frames=tuple(zip(py[:depth], py[m : m + depth], strict=True)),
+            py_truncated=bool(truncated),
+        )
+
+
+def _filled(words: tuple[int, ...], nbytes: int) -> tuple[int, ...]:
+    # bpf_get_stack returns the bytes it wrote (a multiple of 8) or a negative errno.
+    if nbytes <= 0:
+        return ()
+    return tuple(w for w in words[: nbytes // 8] if w)

@@ -1,0 +1,199 @@
+"""The CPU profiler as a collector feed: :class:`ProfileProbe` samples -> ``raw.stack`` records
+(profile_type ON_CPU, weight 1 per sample; OFF_CPU, weight = ns blocked).
+
+What this shell adds to the probe: it learns which processes are CPython the first time one
+of their samples arrives (``python_procs.inspect``, then the BPF walker gets that process's
+offsets, so Python frames show from its next sample on), names frames (native and kernel by
+the symbolizer, Python by :class:`PythonSymbols`), merges them (:func:`merge_stack`) and drops
+what it holds for processes that exited or whose pid was reused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol
+
+from zerotrace import names
+from zerotrace_collector.cgroup import container_id_of
+from zerotrace_collector.feeds import RawRecord
+from zerotrace_collector.probes.profile import ProfileProbe
+from zerotrace_collector.probes.profile_decode import ProfileSample, PyStatus
+from zerotrace_collector.python_procs import PythonProcess, inspect, process_start_time
+from zerotrace_collector.python_symbols import PythonSymbols
+from zerotrace_collector.stack_merge import merge_stack
+
+__all__ = ["FrameSymbolizer", "ProfileFeed"]
+
+UNREADABLE_PY_FRAME: Final = "py:<unreadable> (?:0)"
+
+
+class FrameSymbolizer(Protocol):
+    """What the feed needs of zerotrace_collector.symbols.Symbolizer."""
+
+    def user_frames(self, pid: int, addresses: Sequence[int]) -> list[str]: ...
+    def kernel_frames(self, addresses: Sequence[int]) -> list[str]: ...
+    def forget(self, pid: int) -> None: ...
+    def counters(self) -> dict[str, int]: ...
+
+
+class ProfileFeed:
+    """Feed of on-CPU and off-CPU stack samples.
+
+    *mono_to_epoch_ns*: add to CLOCK_MONOTONIC ns to get epoch ns (measured once by the
+    collector). *clock*: monotonic seconds, only used to pace housekeeping: a pid found not
+    to be Python is looked at again after *recheck_s* (it may exec or load libpython later);
+    every *sweep_s* the known processes are checked for exit or pid reuse.
+    """
+
+    name = "profile"
+
+    def __init__(
+        self,
+        probe: ProfileProbe,
+        node_id: str,
+        mono_to_epoch_ns: int,
+        symbolizer: FrameSymbolizer,
+        *,
+        python_symbols: PythonSymbols | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        recheck_s: float = 10.0,
+        sweep_s: float = 5.0,
+        proc: str = "/proc",
+    ) -> None:
+        self.probe = probe
+        self.follows = probe.pids is not None
+        self._node_id = node_id
+        self._offset_ns = mono_to_epoch_ns
+        self._symbolizer = symbolizer
+        self._py = python_symbols or PythonSymbols(proc=proc)
+        self._clock = clock
+        self._recheck_s = recheck_s
+        self._sweep_s = sweep_s
+        self._proc = proc
+        self._procs: dict[int, PythonProcess | None] = {}
+        self._seen_at: dict[int, float] = {}
+        self._swept_at = clock()
+        self._containers: dict[int, str | None] = {}
+        self.counts: Counter[str] = Counter()
+
+    def attach(self) -> None:
+        self.probe.attach()
+
+    def close(self) -> None:
+        self.probe.close()
+        self._py.close()
+
+    # -- processes -----------------------------------------------------------
+
+    def python_process(self, pid: int) -> PythonProcess | None:
+        """What is known of *pid* as a CPython process, looking (again) when due."""
+        now = self._clock()
+        if pid in self._procs and (
+            self._procs[pid] is not None or now - self._seen_at[pid] < self._recheck_s
+        ):
+            return self._procs[pid]
+        found = inspect(pid, self._proc)
+        self._procs[pid], self._seen_at[pid] = found, now
+        if found is not None:
+            self.probe.add_python(found)
+        return found
+
+    def _forget(self, pid: int) -> None:
+        self._procs.pop(pid, None)
+        self._seen_at.pop(pid, None)
+        self._containers.pop(pid, None)
+        self._py.forget(pid)
+        self._symbolizer.forget(pid)
+        with contextlib.suppress(RuntimeError):  # probe already closed
+            self.probe.forget_python(pid)
+
+    def _sweep(self) -> None:
+        for pid, known in list(self._procs.items()):
+            try:
+                with open(f"{self._proc}/{pid}/stat") as f:
+                    start = process_start_time(f.read())
+            except (OSError, ValueError, IndexError):
+                self.counts["process_exited"] += 1
+                self._forget(pid)
+                continue
+            if known is not None and known.start_time != start:
+                self.counts["pid_reused"] += 1
+                self._forget(pid)
+
+    # -- samples -------------------------------------------------------------
+
+    def _python_frames(self, sample: ProfileSample, proc: PythonProcess | None) -> list[str]:
+        if sample.py_status == PyStatus.NO_THREAD:
+            self.counts["py_no_thread"] += 1
+        elif sample.py_status == PyStatus.READ_FAIL:
+            self.counts["py_read_fail"] += 1
+        if sample.py_truncated:
+            self.counts["py_truncated"] += 1
+        if proc is None or not sample.py_frames:
+            return []
+        out = []
+        for code, instr in reversed(sample.py_frames):  # leaf first -> root first
+            if code == 0:
+                continue  # shim frame of a C -> Python call
+            out.append(self._py.frame(proc, code, instr) or UNREADABLE_PY_FRAME)
+        return out
+
+    def frames(self, sample: ProfileSample) -> list[str]:
+        """The sample's merged frames, root first."""
+        proc = self._procs.get(sample.pid)
+        python = self._python_frames(sample, proc)
+        native = self._symbolizer.user_frames(sample.pid, sample.user_stack)
+        kernel = self._symbolizer.kernel_frames(sample.kernel_stack)
+        return merge_stack(sample.tid, python, native, kernel, proc.module_name if proc else None)
+
+    def _container(self, pid: int) -> str | None:
+        if pid not in self._containers:
+            if len(self._containers) > 65_536:
+                self._containers.clear()
+            self._containers[pid] = container_id_of(pid)
+        return self._containers[pid]
+
+    def record(self, sample: ProfileSample) -> RawRecord:
+        ts_ns = sample.ts_mono_ns + self._offset_ns
+        kind = "OFF_CPU" if sample.off_cpu else "ON_CPU"
+        datum: dict[str, Any] = {
+            # pid, tid, time and kind name one sample on one node.
+            "event_id": f"{self._node_id}/{sample.pid}/{sample.tid}/{ts_ns}/{kind.lower()}",
+            "node_id": self._node_id,
+            "pid": sample.pid,
+            "tid": sample.tid,
+            "process_name": sample.comm,
+            "container_id": self._container(sample.pid),
+            "ts_ns": ts_ns,
+            "profile_type": kind,
+            "weight": sample.weight,
+            "frames": self.frames(sample),
+        }
+        return RawRecord(
+            names.RAW_STACK.name, str(sample.pid).encode(), names.RAW_STACK.record, datum
+        )
+
+    def poll(self, timeout_ms: int) -> list[RawRecord]:
+        samples = self.probe.poll(timeout_ms)
+        for pid in {s.pid for s in samples}:
+            self.python_process(pid)
+        out = [self.record(s) for s in samples]
+        if self._clock() - self._swept_at >= self._sweep_s:
+            self._swept_at = self._clock()
+            self._sweep()
+        return out
+
+    def counters(self) -> dict[str, int]:
+        out = {
+            "lost": self.probe.lost,
+            "malformed": self.probe.malformed,
+            "off_cpu_full": self.probe.off_cpu_full,
+            "python_processes": sum(1 for p in self._procs.values() if p is not None),
+        }
+        out.update(self.counts)
+        out.update(self._py.counts)
+        out.update({f"symbols_{k}": v for k, v in self._symbolizer.counters().items()})
+        return out

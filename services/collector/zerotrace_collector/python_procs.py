@@ -1,0 +1,252 @@
+"""CPython processes: which version, where its ``_PyRuntime`` is, and the struct offsets the BPF
+frame walker (``bpf/python_stack.h``) and the code-object reader (:mod:`.python_symbols`) need.
+
+Supported: CPython 3.11, 3.12 and 3.13 on x86-64 (the ``_PyInterpreterFrame`` era). 3.10 and
+older keep ``PyFrameObject`` chains with another layout and are not walked: their threads show
+native stacks only. Offsets are fixed per minor version (CPython keeps struct layouts stable
+within one) and were checked on live interpreters by ``tests/unit/python_layout_probe.py``,
+which finds each field by the value it must hold; ``tests/unit/test_python_procs.py`` runs it
+for every interpreter on the machine and compares.
+
+A process is recognised from ``/proc/<pid>/maps``: the module named ``python3.X`` or
+``libpython3.X.so*`` that defines ``_PyRuntime`` (a static binary, or the shared library of a
+``--enable-shared`` build).  ``parse_maps`` and ``interpreter_module`` are pure; ``inspect``
+reads /proc and the ELF file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final
+
+__all__ = [
+    "LAYOUTS",
+    "CodeLayout",
+    "Mapping",
+    "PyOffsets",
+    "PythonProcess",
+    "inspect",
+    "interpreter_module",
+    "parse_maps",
+    "process_start_time",
+    "python_pids",
+]
+
+NO_CFRAME: Final = 0xFFFFFFFF  # ZT_PY_NO_CFRAME in python_stack.h
+NO_SHIM: Final = 0xFFFFFFFF  # ZT_PY_NO_SHIM
+
+
+@dataclass(frozen=True)
+class PyOffsets:
+    """What the BPF walker reads; field order and widths mirror ``struct zt_py_offsets``."""
+
+    runtime_interp_head: int
+    interp_threads_head: int
+    tstate_next: int
+    tstate_native_tid: int
+    tstate_frame: int
+    cframe_current: int
+    frame_code: int
+    frame_previous: int
+    frame_instr: int
+    frame_owner: int
+    owner_shim: int
+
+    def pack(self, runtime_addr: int) -> bytes:
+        return struct.pack(
+            "<Q12I",
+            runtime_addr,
+            self.runtime_interp_head,
+            self.interp_threads_head,
+            self.tstate_next,
+            self.tstate_native_tid,
+            self.tstate_frame,
+            self.cframe_current,
+            self.frame_code,
+            self.frame_previous,
+            self.frame_instr,
+            self.frame_owner,
+            self.owner_shim,
+            0,
+        )
+
+
+@dataclass(frozen=True)
+class CodeLayout:
+    """Where user space finds names and lines in a code object and its strings."""
+
+    filename: int
+    qualname: int
+    linetable: int
+    firstlineno: int
+    code_adaptive: int  # start of the bytecode inside the code object
+    ascii_data: int  # sizeof(PyASCIIObject): compact ASCII text starts here
+    compact_data: int  # sizeof(PyCompactUnicodeObject): other compact text starts here
+
+
+@dataclass(frozen=True)
+class Layout:
+    walker: PyOffsets
+    code: CodeLayout
+
+
+# 3.11/3.12: tstate->cframe->current_frame; the 3.11 _PyCFrame starts with use_tracing, 3.12's
+# does not. 3.12 and 3.13 push shim frames (owner FRAME_OWNED_BY_CSTACK = 3) when C calls into
+# Python; they have no code of their own. 3.11 marks those by is_entry instead, and its frames
+# are all real. 3.11's PyASCIIObject still has the wstr pointer (48 bytes, not 40).
+LAYOUTS: Final[dict[tuple[int, int], Layout]] = {
+    (3, 11): Layout(
+        PyOffsets(40, 16, 8, 160, 56, 8, 32, 48, 56, 69, NO_SHIM),
+        CodeLayout(112, 128, 136, 72, 184, 48, 72),
+    ),
+    (3, 12): Layout(
+        PyOffsets(40, 72, 8, 144, 56, 0, 0, 8, 56, 70, 3),
+        CodeLayout(112, 128, 136, 68, 192, 40, 56),
+    ),
+    (3, 13): Layout(
+        PyOffsets(632, 7344, 8, 160, 72, NO_CFRAME, 0, 8, 56, 70, 3),
+        CodeLayout(112, 128, 136, 68, 200, 40, 56),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Mapping:
+    start: int
+    end: int
+    offset: int
+    inode: int
+    path: str
+
+
+_MAPS_LINE = re.compile(
+    r"^([0-9a-f]+)-([0-9a-f]+) \S+ ([0-9a-f]+) \S+ (\d+)[ \t]*(.*)$", re.MULTILINE
+)
+_INTERPRETER = re.compile(r"^(?:lib)?python(\d)\.(\d+)[a-z]*(?:\.so(?:\.[\d.]+)?)?$")
+
+
+def parse_maps(text: str) -> list[Mapping]:
+    """The file-backed mappings of a /proc/<pid>/maps text."""
+    out = []
+    for m in _MAPS_LINE.finditer(text):
+        path = m.group(5).strip()
+        if int(m.group(4)) and path.startswith("/"):
+            out.append(
+                Mapping(
+                    int(m.group(1), 16),
+                    int(m.group(2), 16),
+                    int(m.group(3), 16),
+                    int(m.group(4)),
+                    path,
+                )
+            )
+    return out
+
+
+def interpreter_module(maps: Sequence[Mapping]) -> tuple[str, tuple[int, int], int] | None:
+    """(path, version, load address of its file offset 0) of the CPython module, if any.
+
+    A shared build maps both ``python3.X`` and ``libpython3.X.so``; the library is the one
+    defining ``_PyRuntime``, so it wins."""
+    found: dict[str, tuple[tuple[int, int], int]] = {}
+    for m in maps:
+        if m.path in found and m.offset:
+            continue
+        name = os.path.basename(m.path.removesuffix(" (deleted)"))
+        match = _INTERPRETER.match(name)
+        if match and m.offset == 0:
+            found[m.path] = ((int(match.group(1)), int(match.group(2))), m.start)
+    if not found:
+        return None
+    path = max(found, key=lambda p: os.path.basename(p).startswith("lib"))
+    version, base = found[path]
+    return path, version, base
+
+
+def process_start_time(stat_text: str) -> int:
+    """Field 22 of /proc/<pid>/stat (clock ticks since boot): with the pid, names one process
+    for its whole life, since a reused pid gets a later start time."""
+    # comm (field 2) may hold spaces and parentheses; everything after the last ')' is fixed.
+    return int(stat_text.rsplit(")", 1)[1].split()[19])
+
+
+@dataclass(frozen=True)
+class PythonProcess:
+    pid: int
+    start_time: int
+    version: tuple[int, int]
+    module: str  # path of the interpreter module (executable or libpython)
+    runtime_addr: int
+    layout: Layout
+
+    @property
+    def module_name(self) -> str:
+        return os.path.basename(self.module)
+
+
+@lru_cache(maxsize=256)
+def _runtime_symbol(path: str, _identity: tuple[int, int, int]) -> tuple[int, int] | None:
+    """(st_value of _PyRuntime, vaddr of the first PT_LOAD) of an ELF file, or None.
+
+    Cached per file identity (inode, size, mtime), so an upgraded interpreter is read again."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            first_load = min(
+                (s["p_vaddr"] & ~0xFFF for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"),
+                default=0,
+            )
+            for section_name in (".dynsym", ".symtab"):
+                section = elf.get_section_by_name(section_name)
+                if section is None:
+                    continue
+                symbols = section.get_symbol_by_name("_PyRuntime")  # type: ignore[attr-defined]
+                if symbols:
+                    return int(symbols[0]["st_value"]), int(first_load)
+    except (OSError, ELFError, ValueError):
+        return None
+    return None
+
+
+def inspect(pid: int, proc: str = "/proc") -> PythonProcess | None:
+    """The CPython facts of *pid*, or None when it is not a supported CPython (or is gone).
+
+    Reads /proc/<pid>/maps and /proc/<pid>/stat, and the interpreter's ELF file through
+    /proc/<pid>/root so a process in another mount namespace is read from its own files."""
+    try:
+        with open(f"{proc}/{pid}/maps") as f:
+            maps_text = f.read()
+        with open(f"{proc}/{pid}/stat") as f:
+            start_time = process_start_time(f.read())
+    except (OSError, ValueError, IndexError):
+        return None
+    found = interpreter_module(parse_maps(maps_text))
+    if found is None:
+        return None
+    path, version, base = found
+    layout = LAYOUTS.get(version)
+    if layout is None:
+        return None
+    file = f"{proc}/{pid}/root{path}"
+    try:
+        st = os.stat(file)
+    except OSError:
+        return None
+    symbol = _runtime_symbol(file, (st.st_ino, st.st_size, st.st_mtime_ns))
+    if symbol is None:
+        return None
+    value, first_load = symbol
+    return PythonProcess(pid, start_time, version, path, base - first_load + value, layout)
+
+
+def python_pids(pids: Iterable[int], proc: str = "/proc") -> list[PythonProcess]:
+    """The supported CPython processes among *pids* (those gone or not Python are skipped)."""
+    return [p for p in (inspect(pid, proc) for pid in pids) if p is not None]

@@ -1,0 +1,191 @@
+"""Python frames as text: (code object address, instruction pointer) from the BPF walker ->
+``'py:<qualname> (<file>:<line>)'``.
+
+The code object is read from the target's memory (``/proc/<pid>/mem``, which needs the same
+ptrace access as py-spy's ``process_vm_readv``). What a code object says (name, file, first
+line, line table) is cached per (pid, process start time, code address): the start time keeps
+a reused pid from inheriting the names of the process that had it before. A code object is
+immutable while it lives; one freed and another allocated at the same address in the same
+process would be misnamed until forgotten, which this cache accepts as py-spy does.
+
+The line comes from the instruction offset and ``co_linetable`` (3.11+ location table,
+CPython's Objects/locations.md); decoding is pure and lives in :func:`line_for`.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from .python_procs import CodeLayout, PythonProcess
+
+__all__ = ["CodeInfo", "PythonSymbols", "decode_str", "line_for", "python_frame"]
+
+_MAX_TEXT: Final = 4096
+_MAX_LINETABLE: Final = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class CodeInfo:
+    qualname: str
+    filename: str
+    firstlineno: int
+    linetable: bytes
+
+
+def _varint(table: bytes, pos: int) -> tuple[int, int]:
+    # 6-bit groups, least significant first; bit 6 says another group follows.
+    b = table[pos]
+    value, shift, pos = b & 63, 6, pos + 1
+    while b & 64:
+        b = table[pos]
+        value |= (b & 63) << shift
+        shift += 6
+        pos += 1
+    return value, pos
+
+
+def line_for(linetable: bytes, firstlineno: int, lasti: int) -> int:
+    """The source line of the instruction at code unit *lasti* (-1 = before the first one,
+    which CPython reports as the first line); *firstlineno* when the table has no entry."""
+    if lasti < 0:
+        return firstlineno
+    line, addr, pos = firstlineno, 0, 0
+    try:
+        while pos < len(linetable):
+            first = linetable[pos]
+            code, length = (first >> 3) & 15, (first & 7) + 1
+            pos += 1
+            delta: int | None = 0
+            if code == 15:  # no location
+                delta = None
+            elif code == 14:  # long form: line delta, end line, start col, end col
+                raw, pos = _varint(linetable, pos)
+                delta = -(raw >> 1) if raw & 1 else raw >> 1
+                for _ in range(3):
+                    _, pos = _varint(linetable, pos)
+            elif code == 13:  # no column: line delta only
+                raw, pos = _varint(linetable, pos)
+                delta = -(raw >> 1) if raw & 1 else raw >> 1
+            elif code >= 10:  # one-line forms: delta in the code, two column bytes
+                delta = code - 10
+                pos += 2
+            else:  # short forms: same line, one column byte
+                pos += 1
+            if delta is not None:
+                line += delta
+            if addr <= lasti < addr + length:
+                return line if delta is not None else firstlineno
+            addr += length
+    except IndexError:
+        pass
+    return firstlineno
+
+
+def decode_str(
+    header: bytes, read: Callable[[int, int], bytes], addr: int, code: CodeLayout
+) -> str:
+    """Text of a compact str object whose first bytes (>= 40) are *header*; '?' if not compact.
+
+    PyASCIIObject: length at 16, state bits at 32 (interned:2, kind:3, compact:1, ascii:1)."""
+    length = struct.unpack_from("<q", header, 16)[0]
+    state = struct.unpack_from("<I", header, 32)[0]
+    kind, compact, ascii_ = (state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1
+    if not compact or not 0 <= length <= _MAX_TEXT or kind not in (1, 2, 4):
+        return "?"
+    if ascii_:
+        return read(addr + code.ascii_data, length).decode("ascii", "replace")
+    data = read(addr + code.compact_data, length * kind)
+    codec = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind]
+    return data.decode(codec, "replace")
+
+
+def python_frame(info: CodeInfo, line: int) -> str:
+    """The frame text; ';' would split a folded stack, so it becomes ':'."""
+    return f"py:{info.qualname} ({info.filename}:{line})".replace(";", ":")
+
+
+class PythonSymbols:
+    """Names Python frames of live processes. Not thread-safe; one per collector loop.
+
+    Counters: py_code_unreadable (memory gone or not a code object), py_process_gone."""
+
+    def __init__(self, *, max_codes: int = 65_536, proc: str = "/proc") -> None:
+        self._proc = proc
+        self._max_codes = max_codes
+        self._codes: OrderedDict[tuple[int, int, int], CodeInfo | None] = OrderedDict()
+        self._fds: dict[int, tuple[int, int]] = {}  # pid -> (start_time, fd)
+        self.counts: Counter[str] = Counter()
+
+    def _fd(self, proc: PythonProcess) -> int | None:
+        held = self._fds.get(proc.pid)
+        if held is not None and held[0] == proc.start_time:
+            return held[1]
+        self.forget(proc.pid)
+        try:
+            fd = os.open(f"{self._proc}/{proc.pid}/mem", os.O_RDONLY)
+        except OSError:
+            self.counts["py_process_gone"] += 1
+            return None
+        self._fds[proc.pid] = (proc.start_time, fd)
+        return fd
+
+    def _read_code(self, fd: int, proc: PythonProcess, addr: int) -> CodeInfo | None:
+        lay = proc.layout.code
+
+        def read(at: int, size: int) -> bytes:
+            data = os.pread(fd, size, at)
+            if len(data) != size:
+                raise OSError("short read")
+            return data
+
+        def text(at: int) -> str:
+            return decode_str(read(at, 40), read, at, lay)
+
+        try:
+            head = read(addr, lay.code_adaptive)
+            filename = text(struct.unpack_from("<Q", head, lay.filename)[0])
+            qualname = text(struct.unpack_from("<Q", head, lay.qualname)[0])
+            firstlineno = struct.unpack_from("<i", head, lay.firstlineno)[0]
+            table_addr = struct.unpack_from("<Q", head, lay.linetable)[0]
+            size = struct.unpack("<q", read(table_addr + 16, 8))[0]  # PyBytesObject.ob_size
+            table = read(table_addr + 32, size) if 0 <= size <= _MAX_LINETABLE else b""
+        except (OSError, OverflowError, struct.error, ValueError):
+            return None
+        return CodeInfo(qualname, filename, firstlineno, table)
+
+    def frame(self, proc: PythonProcess, code_addr: int, instr: int) -> str | None:
+        """The frame text, or None when the code object cannot be read (counted)."""
+        key = (proc.pid, proc.start_time, code_addr)
+        if key in self._codes:
+            self._codes.move_to_end(key)
+            info = self._codes[key]
+        else:
+            fd = self._fd(proc)
+            if fd is None:
+                return None
+            info = self._read_code(fd, proc, code_addr)
+            self._codes[key] = info
+            if len(self._codes) > self._max_codes:
+                self._codes.popitem(last=False)
+        if info is None:
+            self.counts["py_code_unreadable"] += 1
+            return None
+        lasti = (instr - code_addr - proc.layout.code.code_adaptive) // 2
+        return python_frame(info, line_for(info.linetable, info.firstlineno, lasti))
+
+    def forget(self, pid: int) -> None:
+        """Drop what is held for *pid* (call when it exits or its start time changed)."""
+        held = self._fds.pop(pid, None)
+        if held is not None:
+            os.close(held[1])
+        for key in [k for k in self._codes if k[0] == pid]:
+            del self._codes[key]
+
+    def close(self) -> None:
+        for pid in list(self._fds):
+            self.forget(pid)

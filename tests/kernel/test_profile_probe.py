@@ -1,0 +1,145 @@
+"""Kernel test: the CPU profiler shows Python call chains of a real program, merged with its
+native and kernel frames, on CPU and off CPU, under the machine's CPython 3.11 and another
+version (3.12 or 3.13: pyenv's, or the one scripts/other-python.sh puts in .venv/other-python).
+
+The program is tests/harness/profiled_app.py, started normally: about 70% of its CPU in
+hot_loop called from handle_request, sleeps in wait_for_backend (it reports the slept time it
+measured), a ctypes call into libc in call_native.
+"""
+
+from __future__ import annotations
+
+import glob
+import inspect
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ebpf_required import require_ebpf
+
+require_ebpf("sched/sched_switch")
+
+from tests.harness import profiled_app  # noqa: E402
+from zerotrace_collector.probes.profile import ProfileProbe  # noqa: E402
+from zerotrace_collector.profile_feed import ProfileFeed  # noqa: E402
+from zerotrace_collector.symbols.symbolizer import Symbolizer  # noqa: E402
+
+pytestmark = pytest.mark.kernel
+
+REPO = Path(__file__).resolve().parents[2]
+APP = REPO / "tests" / "harness" / "profiled_app.py"
+APP_SECONDS = 4.0
+
+
+def other_python() -> str | None:
+    """A CPython 3.12 or 3.13 to run the program under, or None."""
+    candidates = [os.environ.get("ZEROTRACE_OTHER_PYTHON", "")]
+    candidates += sorted(glob.glob(str(REPO / ".venv/other-python/bin/python3.1[23]")))
+    candidates += sorted(glob.glob("/root/.pyenv/versions/3.1[23].*/bin/python3.1[23]"))
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+INTERPRETERS = {"3.11": "/usr/bin/python3.11", "other": other_python()}
+
+
+@pytest.fixture(scope="module")
+def feed() -> Iterator[ProfileFeed]:
+    # One compiled program for both interpreters: follow mode, each app followed by pid.
+    probe = ProfileProbe(REPO / "bpf", pids=set())
+    f = ProfileFeed(probe, "test-node", 0, Symbolizer())
+    f.attach()
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def body_lines(fn: Any) -> range:
+    lines, first = inspect.getsourcelines(fn)
+    return range(first, first + len(lines))
+
+
+def run_profiled(feed: ProfileFeed, python: str) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    with subprocess.Popen(
+        [python, str(APP), "--seconds", str(APP_SECONDS)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as app:
+        assert app.stdin and app.stdout
+        try:
+            json.loads(app.stdout.readline())  # ready: interpreter up, modules imported
+            feed.probe.follow_pid(app.pid)
+            assert feed.python_process(app.pid) is not None, "not recognised as CPython"
+            app.stdin.write("go\n")
+            app.stdin.flush()
+            records = []
+            deadline = time.monotonic() + APP_SECONDS + 10
+            while app.poll() is None and time.monotonic() < deadline:
+                records += [r.datum for r in feed.poll(100) if r.pid == app.pid]
+            result = json.loads(app.stdout.readline())
+            records += [r.datum for r in feed.poll(200) if r.pid == app.pid]
+        finally:
+            app.kill()
+    return records, result
+
+
+def index_of(frames: list[str], prefix: str) -> int:
+    return next((i for i, f in enumerate(frames) if f.startswith(prefix)), -1)
+
+
+@pytest.mark.parametrize("version", sorted(INTERPRETERS))
+def test_python_chains_on_and_off_cpu(feed: ProfileFeed, version: str) -> None:
+    python = INTERPRETERS[version]
+    if python is None or not os.access(python, os.X_OK):
+        pytest.skip(f"no {version} interpreter here: run scripts/other-python.sh")
+    records, result = run_profiled(feed, python)
+    on = [r for r in records if r["profile_type"] == "ON_CPU"]
+    off = [r for r in records if r["profile_type"] == "OFF_CPU"]
+
+    hot = [r["frames"] for r in on if index_of(r["frames"], "py:hot_loop ") >= 0]
+    # 97 Hz for 4 s, about 70% in hot_loop: some 270 samples; a loaded CI box gets fewer.
+    assert len(hot) >= 60, f"{len(hot)} hot_loop samples of {len(on)} on-CPU samples"
+    chained = [
+        f
+        for f in hot
+        if f[0].startswith("thread:")
+        and 0
+        <= index_of(f, "py:serve ")
+        < index_of(f, "py:handle_request ")
+        < index_of(f, "py:hot_loop ")
+    ]
+    assert len(chained) >= 0.9 * len(hot), (len(chained), len(hot), hot[:3])
+    # The line is one of hot_loop's own lines, in the app's file.
+    leaf = next(fr for fr in chained[0] if fr.startswith("py:hot_loop "))
+    file, line = leaf.rsplit("(", 1)[1].rstrip(")").rsplit(":", 1)
+    assert file == str(APP)
+    assert int(line) in body_lines(profiled_app.hot_loop), leaf
+
+    # The ctypes call shows libc below the Python frame that made it.
+    native = [r["frames"] for r in on if index_of(r["frames"], "py:call_native ") >= 0]
+    assert any(
+        any(
+            fr.startswith("native:") and "libc.so" in fr
+            for fr in f[index_of(f, "py:call_native ") :]
+        )
+        for f in native
+    ), native[:3]
+
+    # Off-CPU: the sleeps, attributed to wait_for_backend, with kernel frames at the leaf.
+    waits = [r for r in off if index_of(r["frames"], "py:wait_for_backend ") >= 0]
+    blocked = sum(r["weight"] for r in waits)
+    assert abs(blocked - result["slept_ns"]) <= 0.1 * result["slept_ns"], (blocked, result)
+    assert all(r["frames"][-1].startswith("kernel:") for r in waits)
+    assert all(
+        index_of(r["frames"], "py:serve ") < index_of(r["frames"], "py:wait_for_backend ")
+        for r in waits
+    )
+    counters = feed.counters()
+    assert counters["malformed"] == 0 and counters["lost"] == 0, counters
