@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -339,3 +340,93 @@ def test_kallsyms_is_read_again_after_a_miss_rarely(tmp_path: Path) -> None:
     clock.now += 61
     assert sym.kernel_frames([late, late]) == ["kernel:bpf_prog_6deef7357e7b4530_F"] * 2
     assert sym.counters()["kallsyms_reread"] == 1
+
+
+def test_garbage_addresses_read_the_maps_less_and_less(built: Path, targets: list[Target]) -> None:
+    t = start(targets, built / "zt_target")
+    clock = Clock()
+    sym = Symbolizer(clock=clock, maps_reread_s=0.5)
+    garbage = 0x10
+
+    def rereads_after(seconds: float) -> int:
+        clock.now += seconds
+        assert sym.user_frames(t.pid, [garbage]) == ["native:[unknown]+0x10"]
+        return sym.counters().get("maps_reread", 0)
+
+    assert rereads_after(0) == 0  # just read
+    assert rereads_after(0.6) == 1  # useless: the wait doubles to 1 s
+    assert rereads_after(0.6) == 1
+    assert rereads_after(0.5) == 2  # useless again: 2 s
+    assert rereads_after(1.5) == 2
+    lib = t.load(built / "libzt.so")
+    clock.now += 0.3  # 1.8 s after the last read: still waiting
+    unknown = f"native:[unknown]+0x{lib['zt_lib_fn']:x}"
+    assert sym.user_frames(t.pid, [lib["zt_lib_fn"]]) == [unknown]
+    clock.now += 0.3
+    assert sym.user_frames(t.pid, [lib["zt_lib_fn"]]) == ["native:zt_lib_fn [libzt.so]"]
+    assert sym.counters()["maps_reread"] == 3
+    assert rereads_after(0.6) == 4  # a useful read reset the wait to 0.5 s
+    assert sym.user_frames(t.pid, [-1]) == ["native:[unknown]+0xffffffffffffffff"]
+
+
+def test_one_symbolizer_shared_by_threads(built: Path, targets: list[Target]) -> None:
+    first = start(targets, built / "zt_target")
+    second = start(targets, built / "zt_other")
+    sym = Symbolizer(max_processes=1)  # the two processes evict each other all the time
+    expected = {
+        first.pid: ["native:zt_alpha [zt_target]", "native:zt_beta [zt_target]"],
+        second.pid: ["native:zt_alpha [zt_other]", "native:zt_beta [zt_other]"],
+    }
+    stacks = {t.pid: [t.addresses["zt_alpha"], t.addresses["zt_beta"]] for t in (first, second)}
+    errors: list[str] = []
+
+    def work(pid: int) -> None:
+        for i in range(300):
+            got = sym.user_frames(pid, stacks[pid])
+            if got != expected[pid]:
+                errors.append(f"{pid}: {got}")
+            if i % 50 == 0:
+                sym.forget(pid)
+
+    threads = [threading.Thread(target=work, args=(pid,)) for pid in (first.pid, second.pid) * 2]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sym.counters()["elf_loaded"] == 2
+
+
+def test_frame_cache_is_bounded_over_all_processes(built: Path, targets: list[Target]) -> None:
+    t = start(targets, built / "zt_target")
+    sym = Symbolizer(max_frames=10)  # a floor of 1024 per process applies
+    base = t.addresses["zt_alpha"]
+    stack = [base - 4096 + i for i in range(3000)]
+    frames = sym.user_frames(t.pid, stack)
+    assert len(frames) == 3000 and all(f.startswith("native:") for f in frames)
+    assert sym.user_frames(t.pid, stack) == frames  # the same answers from a cleared cache
+
+
+def test_public_surface() -> None:
+    """Others code against exactly this."""
+    import inspect
+
+    import zerotrace_collector.symbols as package
+
+    assert package.__all__ == ["Symbolizer"]
+    methods = {
+        name: str(inspect.signature(getattr(Symbolizer, name)))
+        for name in ("user_frames", "kernel_frames", "module_of", "forget", "counters")
+    }
+    assert methods == {
+        "user_frames": "(self, pid: 'int', addresses: 'Sequence[int]') -> 'list[str]'",
+        "kernel_frames": "(self, addresses: 'Sequence[int]') -> 'list[str]'",
+        "module_of": "(self, pid: 'int', address: 'int') -> 'str | None'",
+        "forget": "(self, pid: 'int') -> 'None'",
+        "counters": "(self) -> 'dict[str, int]'",
+    }
+    init = inspect.signature(Symbolizer.__init__).parameters
+    assert list(init)[:3] == ["self", "proc_root", "kallsyms_path"]
+    assert init["proc_root"].default == "/proc"
+    assert init["kallsyms_path"].default == "/proc/kallsyms"
+    assert all(p.kind is p.KEYWORD_ONLY for p in list(init.values())[3:])

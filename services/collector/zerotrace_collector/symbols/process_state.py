@@ -18,21 +18,31 @@ from zerotrace_collector.symbols.proc_maps import MapIndex, Mapping
 
 __all__ = ["ProcessState"]
 
-# Frames remembered per process: a hot loop's stacks repeat the same few hundred addresses;
-# the bound stops a process with a JIT or garbage addresses from growing it without end.
-FRAME_CACHE_SIZE = 8192
-
 
 class ProcessState:
     """Maps and caches of one process. Owned by the Symbolizer; not thread-safe."""
 
-    __slots__ = ("_poll", "frames", "images", "maps", "maps_read_at", "pid", "pidfd", "start_time")
+    __slots__ = (
+        "_poll",
+        "frames",
+        "images",
+        "maps",
+        "maps_read_at",
+        "pid",
+        "pidfd",
+        "reread_wait",
+        "start_time",
+    )
 
-    def __init__(self, pid: int, start_time: int | None, maps: MapIndex, now: float) -> None:
+    def __init__(
+        self, pid: int, start_time: int | None, maps: MapIndex, now: float, reread_wait: float
+    ) -> None:
         self.pid = pid
         self.start_time = start_time
         self.maps = maps
         self.maps_read_at = now
+        self.reread_wait = reread_wait
+        """Seconds from one maps read to the next allowed by an address outside them."""
         self.images: dict[int, ElfImage | None] = {}
         """Mapping start -> the ELF image of the file mapped there (None: unusable)."""
         self.frames: dict[int, str] = {}
@@ -51,16 +61,23 @@ class ProcessState:
             return None
         return bool(self._poll.poll(0))
 
-    def replace_maps(self, maps: MapIndex, now: float) -> None:
-        """New maps (a dlopen, an munmap): forget what was learnt from the old ones, since
-        an address may now belong to another file."""
-        self.maps = maps
+    def replace_maps(self, maps: MapIndex, now: float) -> bool:
+        """Maps read again. When they changed (a dlopen, an munmap) what was learnt from the
+        old ones is forgotten, since an address may now belong to another file. True when
+        they changed."""
         self.maps_read_at = now
+        if maps.mappings == self.maps.mappings:
+            return False
+        self.maps = maps
         self.images.clear()
         self.frames.clear()
+        return True
 
-    def remember(self, address: int, frame: str) -> None:
-        if len(self.frames) >= FRAME_CACHE_SIZE:
+    def remember(self, address: int, frame: str, limit: int) -> None:
+        """Cache a frame. A hot loop's stacks repeat the same few hundred addresses; the
+        *limit* stops a JIT or garbage addresses from growing the cache without end
+        (cleared, not LRU: cheaper, and the hot addresses come back at once)."""
+        if len(self.frames) >= limit:
             self.frames.clear()
         self.frames[address] = frame
 

@@ -10,12 +10,14 @@ Never raises for bad input: every way an address can fail to resolve is counted 
 :meth:`Symbolizer.counters` instead. Blocking: the first stack of a process reads its
 /proc files and parses each ELF file it hits (milliseconds to a second for huge libraries);
 after that a stack costs microseconds (see :meth:`Symbolizer.user_frames`).
-Not thread-safe: one sampler thread owns it.
+Thread-safe: the CPU sampler and the CUDA probes may share one instance (one lock; the
+cached path holds it for microseconds, a first sight of a large library for up to a second).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
@@ -39,6 +41,7 @@ __all__ = ["Symbolizer"]
 # not worth a module name (executable code there is a JIT's).
 _NAMED_PSEUDO = frozenset(("[vdso]", "[vsyscall]"))
 _VDSO = "[vdso]"
+_MAX_REREAD_WAIT_S = 60.0
 
 
 class Symbolizer:
@@ -47,8 +50,9 @@ class Symbolizer:
     Per-process state is keyed by (pid, start time), so a pid reused by a new process gets
     fresh maps; it is also dropped by :meth:`forget` and by LRU eviction past
     *max_processes*. An address outside every known mapping re-reads the maps (a library
-    loaded by dlopen since), at most once per *maps_reread_s* seconds of *clock* per process,
-    because broken unwinds produce such addresses in every stack.
+    loaded by dlopen since), at most once per *maps_reread_s* seconds of *clock* per process
+    (longer after re-reads that did not help), because broken unwinds produce such addresses
+    in every stack.
     """
 
     def __init__(
@@ -58,8 +62,9 @@ class Symbolizer:
         *,
         clock: Callable[[], float] = time.monotonic,
         max_processes: int = 512,
+        max_frames: int = 1 << 18,
         max_files: int = 512,
-        max_file_bytes: int = 512 << 20,
+        max_file_bytes: int = 256 << 20,
         maps_reread_s: float = 0.5,
         kallsyms_reread_s: float = 120.0,
         debug_root: str = "/usr/lib/debug",
@@ -68,6 +73,9 @@ class Symbolizer:
         self._kallsyms_path = kallsyms_path
         self._clock = clock
         self._max_processes = max_processes
+        # Frames remembered over all processes (~100 bytes each): shared out per process.
+        self._max_frames = max_frames
+        self._lock = threading.Lock()
         self._maps_reread_s = maps_reread_s
         self._kallsyms_reread_s = kallsyms_reread_s
         # pidfds only watch processes of the live /proc; a copied or fake tree is checked by
@@ -96,44 +104,46 @@ class Symbolizer:
         Stacks from BPF hold return addresses: a caller may pass ``address - 1`` for every
         frame but the innermost, so a call at the very end of a function is not named after
         the next one."""
-        proc = self._process(pid)
-        if proc is None:
-            self._counts["process_gone"] += 1
-            return [f"native:[unknown]+0x{a:x}" for a in addresses]
-        frames = proc.frames
-        return [frames.get(a) or self._frame(proc, a) for a in addresses]
+        with self._lock:
+            proc = self._process(pid)
+            if proc is None:
+                self._counts["process_gone"] += 1
+                return [_unknown(a) for a in addresses]
+            frames = proc.frames
+            return [frames.get(a) or self._frame(proc, a) for a in addresses]
 
     def kernel_frames(self, addresses: Sequence[int]) -> list[str]:
         """One frame per kernel address, in the same order (~0.8 us each once kallsyms is
         read; the first call reads it: ~0.4 s for 120,000 symbols)."""
-        table = self._kernel_table()
-        out: list[str] = []
-        for address in addresses:
-            name = table.lookup(address)
-            if name is None:
-                table = self._kernel_miss(table)
+        with self._lock:
+            table = self._kernel_table()
+            out: list[str] = []
+            for address in addresses:
                 name = table.lookup(address)
-            if name is None:
-                self._counts["kernel_unknown"] += 1
-                out.append("kernel:[unknown]")
-            else:
-                out.append("kernel:" + name)
-        return out
+                if name is None:
+                    table = self._kernel_miss(table)
+                    name = table.lookup(address)
+                if name is None:
+                    self._counts["kernel_unknown"] += 1
+                    out.append("kernel:[unknown]")
+                else:
+                    out.append("kernel:" + name)
+            return out
 
     def module_of(self, pid: int, address: int) -> str | None:
         """Basename of the file mapped at *address* in *pid* (or [vdso]), else None."""
-        proc = self._process(pid)
-        if proc is None:
-            return None
-        mapping = self._mapping(proc, address)
-        return _module(mapping) if mapping is not None else None
+        with self._lock:
+            proc = self._process(pid)
+            if proc is None:
+                return None
+            mapping = self._mapping(proc, address)
+            return _module(mapping) if mapping is not None else None
 
     def forget(self, pid: int) -> None:
         """Drop what is known of *pid*: call it when the process exits, and also when it
         calls exec (same pid, same start time, new image: nothing else reveals that)."""
-        proc = self._procs.pop(pid, None)
-        if proc is not None:
-            proc.close()
+        with self._lock:
+            self._drop(pid)
 
     def counters(self) -> dict[str, int]:
         """Counts since creation, plus the current sizes 'processes' and 'elf_files'.
@@ -148,10 +158,16 @@ class Symbolizer:
         process_evicted, elf_evicted: cache bounds at work; kernel_unknown,
         kallsyms_unavailable, kallsyms_reread: the same for the kernel; vdso_unreadable.
         """
-        out = dict(self._counts)
-        out["processes"] = len(self._procs)
-        out["elf_files"] = len(self._elves)
-        return out
+        with self._lock:
+            out = dict(self._counts)
+            out["processes"] = len(self._procs)
+            out["elf_files"] = len(self._elves)
+            return out
+
+    def _drop(self, pid: int) -> None:
+        proc = self._procs.pop(pid, None)
+        if proc is not None:
+            proc.close()
 
     # -- processes -----------------------------------------------------------------------
 
@@ -173,7 +189,7 @@ class Symbolizer:
             if start == proc.start_time and (exited is None or state in ("Z", "X")):
                 return proc
             self._counts["pid_reused"] += 1
-            self.forget(pid)
+            self._drop(pid)
         return self._new_process(pid)
 
     def _new_process(self, pid: int) -> ProcessState | None:
@@ -185,7 +201,8 @@ class Symbolizer:
                 os.close(pidfd)
             return None
         self._counts["maps_read"] += 1
-        proc = ProcessState(pid, stat[1], MapIndex(parse_proc_maps(text)), self._clock())
+        maps = MapIndex(parse_proc_maps(text))
+        proc = ProcessState(pid, stat[1], maps, self._clock(), self._maps_reread_s)
         if pidfd is not None:
             proc.watch(pidfd)
         self._procs[pid] = proc
@@ -215,23 +232,36 @@ class Symbolizer:
         if mapping is not None:
             return mapping
         now = self._clock()
-        if now - proc.maps_read_at < self._maps_reread_s:
+        if now - proc.maps_read_at < proc.reread_wait:
             return None
         text = read_proc_text(self._path(proc.pid, "maps"))
         proc.maps_read_at = now
         if text:
             self._counts["maps_reread"] += 1
             proc.replace_maps(MapIndex(parse_proc_maps(text)), now)
-        return proc.maps.find(address)
+        mapping = proc.maps.find(address)
+        # A re-read that still leaves the address outside was for garbage (a broken unwind,
+        # common without frame pointers): wait twice as long before the next, up to a
+        # minute, since a large process's maps cost milliseconds to read. A useful one
+        # resets the wait.
+        if mapping is None:
+            proc.reread_wait = min(proc.reread_wait * 2, _MAX_REREAD_WAIT_S)
+        else:
+            proc.reread_wait = self._maps_reread_s
+        return mapping
 
     # -- frames ----------------------------------------------------------------------------
 
     def _frame(self, proc: ProcessState, address: int) -> str:
         mapping = self._mapping(proc, address)
-        module = _module(mapping) if mapping is not None else None
-        if mapping is None or module is None:
+        if mapping is None:
+            # Not remembered: a library mapped there later must still be found.
             self._counts["unmapped_address"] += 1
-            frame = f"native:[unknown]+0x{address:x}"
+            return _unknown(address)
+        module = _module(mapping)
+        if module is None:
+            self._counts["unmapped_address"] += 1
+            frame = _unknown(address)
         else:
             offset = mapping.file_offset(address)
             image = proc.image(mapping, lambda m: self._image(proc.pid, m))
@@ -241,7 +271,7 @@ class Symbolizer:
                 frame = f"native:{module}+0x{offset:x}".replace(";", ":")
             else:  # [vdso] shows as 'native:clock_gettime [vdso]'
                 frame = f"native:{symbol} [{module.strip('[]')}]".replace(";", ":")
-        proc.remember(address, frame)
+        proc.remember(address, frame, max(1024, self._max_frames // len(self._procs)))
         return frame
 
     def _image(self, pid: int, mapping: Mapping) -> ElfImage | None:
@@ -296,6 +326,10 @@ class Symbolizer:
             if self._vdso is None:
                 self._counts["vdso_unreadable"] += 1
         return self._vdso if isinstance(self._vdso, ElfImage) else None
+
+
+def _unknown(address: int) -> str:
+    return f"native:[unknown]+0x{address & 0xFFFFFFFFFFFFFFFF:x}"
 
 
 def _module(mapping: Mapping) -> str | None:
