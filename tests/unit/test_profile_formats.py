@@ -11,6 +11,8 @@ from pathlib import Path
 
 import jsonschema  # type: ignore[import-untyped]  # no stubs in the venv
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.unit.profile_data import (
     NATIVE_CRC,
@@ -18,7 +20,7 @@ from tests.unit.profile_data import (
     realistic_windows,
     speedscope_schema,
 )
-from zerotrace_query.flame_graph import FlameFilter, merge_windows
+from zerotrace_query.flame_graph import PROFILE_TYPES, FlameFilter, merge_windows
 from zerotrace_query.profile_formats import (
     _varint,
     folded_text,
@@ -124,3 +126,91 @@ def test_speedscope_validates_merged_and_per_thread() -> None:
     assert frames[first["samples"][0][0]]["name"] == "py:<module>"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**doc, "profiles": [{"type": "sampled"}]}, schema)
+
+
+# --- a reader of the few profile.proto fields written, to check the encoding independently --
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def _fields(data: bytes) -> list[tuple[int, int | bytes]]:
+    out: list[tuple[int, int | bytes]] = []
+    pos = 0
+    while pos < len(data):
+        key, pos = _read_varint(data, pos)
+        if key & 7 == 0:
+            value, pos = _read_varint(data, pos)
+            out.append((key >> 3, value))
+        else:
+            assert key & 7 == 2, f"unexpected wire type {key & 7}"
+            size, pos = _read_varint(data, pos)
+            out.append((key >> 3, data[pos : pos + size]))
+            pos += size
+    return out
+
+
+def _packed_ints(data: bytes) -> list[int]:
+    values, pos = [], 0
+    while pos < len(data):
+        value, pos = _read_varint(data, pos)
+        values.append(value)
+    return values
+
+
+def decode_pprof(blob: bytes) -> tuple[dict[tuple[str, ...], int], list[str]]:
+    """(stack root first -> value, [sample type, unit]) from a gzipped Profile."""
+    top = _fields(gzip.decompress(blob))
+    strings = [bytes(v).decode() for n, v in top if n == 6 and isinstance(v, bytes)]
+    functions = {}
+    for n, v in top:
+        if n == 5 and isinstance(v, bytes):
+            f = dict(_fields(v))
+            functions[f[1]] = strings[int(f.get(3, 0))]
+    locations = {}
+    for n, v in top:
+        if n == 4 and isinstance(v, bytes):
+            loc = _fields(v)
+            line = dict(_fields(next(x for k, x in loc if k == 4)))  # type: ignore[arg-type]
+            locations[dict(loc)[1]] = functions[line[1]]
+    stacks: dict[tuple[str, ...], int] = {}
+    for n, v in top:
+        if n == 2 and isinstance(v, bytes):
+            sample = dict(_fields(v))
+            ids = _packed_ints(sample[1])  # type: ignore[arg-type]
+            (value,) = _packed_ints(sample[2])  # type: ignore[arg-type]
+            stack = tuple(locations[i] for i in reversed(ids))
+            stacks[stack] = stacks.get(stack, 0) + value
+    value_type = dict(_fields(next(v for n, v in top if n == 1)))  # type: ignore[arg-type]
+    return stacks, [strings[int(value_type[1])], strings[int(value_type[2])]]
+
+
+FRAME = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_characters=";"),
+    min_size=1,
+    max_size=12,
+)
+
+
+@given(
+    st.dictionaries(
+        st.lists(FRAME, min_size=1, max_size=8).map(tuple),
+        st.integers(1, 2**62),
+        max_size=20,
+    ),
+    st.sampled_from(sorted(PROFILE_TYPES)),
+)
+def test_pprof_decodes_back_to_the_same_stacks(
+    stacks: dict[tuple[str, ...], int], profile_type: str
+) -> None:
+    decoded, sample_type = decode_pprof(pprof_bytes(stacks, profile_type))
+    assert decoded == stacks
+    assert sample_type == list(PROFILE_TYPES[profile_type])
