@@ -154,6 +154,15 @@ async def _inspect(ws_url: str, base: str, t0: int, tmp: Path) -> dict[str, Any]
         await _shot(cdp, tmp / "profile-diff.png")
         found["inuse"] = await _open(cdp, f"{base}/flamegraph?type=GPU_MEM_INUSE&service=inference")
         found["inuse_tooltip"] = await _hover(cdp, "cuda:cudaMalloc")
+        await cdp.call("Page.navigate", url=f"{base}/flamegraph?service=nobody")
+        found["empty"] = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not found["empty"]:
+            await asyncio.sleep(0.2)
+            found["empty"] = await _eval(
+                cdp,
+                "(e => e.hidden ? '' : e.innerText)(document.getElementById('empty'))",
+            )
         found["problems"] = cdp.problems()
         await cdp.close()
     return found
@@ -205,3 +214,4 @@ def test_flame_graph_and_diff_from_opensearch(
     assert "MiB" in found["inuse_tooltip"]
     # The latest snapshot only: 512 MiB of weights + 16 MiB x 12 windows of activations.
     assert "704.0 MiB in all" in found["inuse"]["crumbs"]
+    assert "No profiles in this range" in found["empty"]

@@ -159,3 +159,22 @@ def test_store_query_reads_overlapping_windows_only() -> None:
         assert store.count(PROFILES.name, Query()) == len(WINDOWS)
     finally:
         store.close()
+
+
+def test_inuse_diff_compares_snapshots_unscaled(api: str) -> None:
+    body = get_json(
+        f"{api}/api/v1/profiles/diff?type=GPU_MEM_INUSE&node=node-a"
+        f"&base_from={T0}&base_to={T0 + WINDOW_NS}&from={T0 + WINDOW_NS}&to={T0 + 4 * WINDOW_NS}"
+    )
+    assert body["normalized"] is False
+    # Activations grew by 16 MiB a window: three windows later, 48 MiB more held.
+    assert body["root"]["delta"] == 3 * (16 << 20)
+
+
+def test_the_flame_graph_page_is_served(api: str) -> None:
+    status, body, ctype = get(f"{api}/flamegraph")
+    assert status == 200 and ctype.startswith("text/html")
+    assert b'<script src="/static/flamegraph.js">' in body
+    status, body, ctype = get(f"{api}/static/flamegraph.js")
+    assert status == 200 and ctype.startswith("text/javascript")
+    assert b"/api/v1/profiles/diff?" in body

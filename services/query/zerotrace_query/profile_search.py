@@ -12,6 +12,7 @@ from zerotrace.store_rules import MAX_LIMIT
 from zerotrace_query.documents import PROFILES
 from zerotrace_query.flame_graph import (
     PROFILE_TYPES,
+    SNAPSHOT_TYPES,
     THREAD_PREFIX,
     FlameFilter,
     Merged,
@@ -87,12 +88,14 @@ def flame_graph(store: Store, flt: FlameFilter) -> dict[str, Any]:
 
 
 def flame_diff(store: Store, base: FlameFilter, target: FlameFilter) -> dict[str, Any]:
-    """The target range's tree with the base range's values beside it (scaled to the target's
-    total, so ranges of different lengths compare by share) and delta per node."""
+    """The target range's tree with the base range's values beside it and delta per node.
+    Counters are scaled to the target's total, so ranges of different lengths compare by
+    share; snapshots (GPU memory in use) compare as they are: the bytes held at each end."""
     base_merged, base_head = merged_profile(store, base)
     merged, head = merged_profile(store, target)
-    diff = diff_stacks(base_merged.stacks, merged.stacks, normalize=True)
-    return {**head, "base": base_head, "normalized": True, "root": diff_tree(diff)}
+    normalize = target.profile_type not in SNAPSHOT_TYPES
+    diff = diff_stacks(base_merged.stacks, merged.stacks, normalize=normalize)
+    return {**head, "base": base_head, "normalized": normalize, "root": diff_tree(diff)}
 
 
 def profile_catalog(store: Store, flt: FlameFilter) -> dict[str, Any]:

@@ -199,7 +199,7 @@
     const box = $("legend");
     box.textContent = "";
     const items = state.mode === "diff"
-      ? [["hsl(0, 78%, 55%)", "grew against the period before"], ["hsl(215, 78%, 55%)", "shrank"], ["hsl(0, 78%, 92%)", "about the same (width: this period; base scaled to its total)"]]
+      ? [["hsl(0, 78%, 55%)", "grew against the period before"], ["hsl(215, 78%, 55%)", "shrank"], ["hsl(0, 78%, 92%)", "about the same"], ["", state.data && state.data.normalized ? "width: this period; the period before scaled to its total" : "width: this period; values as measured (snapshots)"]]
       : KINDS.map((k) => [`hsl(${k[2][0]}, ${k[2][1]}%, ${k[2][2]}%)`, k[1]]);
     for (const [bg, text] of items) {
       const item = document.createElement("span");
@@ -207,7 +207,8 @@
       const swatch = document.createElement("span");
       swatch.className = "swatch";
       swatch.style.background = bg;
-      item.append(swatch, text);
+      if (bg) item.append(swatch);
+      item.append(text);
       box.append(item);
     }
   }
