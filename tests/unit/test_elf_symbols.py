@@ -4,7 +4,9 @@ against binutils (nm) and the ELF program headers."""
 from __future__ import annotations
 
 import io
+import lzma
 import struct
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -204,3 +206,29 @@ def test_a_corrupt_file_is_an_elf_error_or_a_usable_image(
     for offset in (0, 0x1000, 0x1100, len(data) // 2):
         found = image.symbol_at(offset)
         assert found is None or (isinstance(found, str) and ";" not in found)
+
+
+def test_minidebuginfo_names_the_local_functions(built: Path) -> None:
+    """Fedora's scheme: a stripped file carries an xz-compressed ELF with the symbols its
+    .dynsym lacks, in .gnu_debugdata."""
+    full = build_library(built, "libzt_mini_full.so")
+    truth = nm_symbols(full)
+    debug = built / "mini.debug"
+    subprocess.run(["objcopy", "--only-keep-debug", str(full), str(debug)], check=True)
+    packed = built / "mini.debug.xz"
+    packed.write_bytes(lzma.compress(debug.read_bytes()))
+    lib = stripped(full, "libzt_mini.so")
+    subprocess.run(["objcopy", "--add-section", f".gnu_debugdata={packed}", str(lib)], check=True)
+    image = load_elf(str(lib))
+    assert image.source == "minidebuginfo"
+    for name in ("zt_lib_static", "zt_lib_fn", "zt_report"):
+        assert image.symbol_at(_file_offset(full, truth[name][0]) + 1) == name
+    # A broken payload is ignored, not fatal: the .dynsym names remain.
+    packed.write_bytes(b"\xfd7zXZ\x00garbage")
+    broken = stripped(full, "libzt_mini_broken.so")
+    subprocess.run(
+        ["objcopy", "--add-section", f".gnu_debugdata={packed}", str(broken)], check=True
+    )
+    image = load_elf(str(broken))
+    assert image.source == "dynsym"
+    assert image.symbol_at(_file_offset(full, truth["zt_lib_fn"][0])) == "zt_lib_fn"

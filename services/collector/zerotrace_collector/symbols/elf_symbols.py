@@ -18,6 +18,8 @@ file. Both raise :class:`ElfError` for a file that is not a usable ELF.
 from __future__ import annotations
 
 import bisect
+import io
+import lzma
 import struct
 from array import array
 from dataclasses import dataclass
@@ -44,6 +46,8 @@ _STT_NOTYPE: Final = 0
 _STT_FUNC: Final = 2
 _STT_GNU_IFUNC: Final = 10
 _CODE_TYPES: Final = frozenset((_STT_NOTYPE, _STT_FUNC, _STT_GNU_IFUNC))
+# A MiniDebugInfo image is a few hundred KiB; one that inflates past this is not one.
+_MAX_DEBUGDATA: Final = 64 << 20
 _BIND_RANK: Final = {1: 0, 2: 1, 0: 2}  # GLOBAL, WEAK, LOCAL
 
 
@@ -92,6 +96,27 @@ class SymbolTable:
     def __len__(self) -> int:
         return len(self._starts)
 
+    def merged(self, other: SymbolTable) -> SymbolTable:
+        """Both tables in one; at an address both name, this one wins."""
+        shift = len(self._strtab)
+        rows = [
+            (start, 0, end, off)
+            for start, end, off in zip(self._starts, self._ends, self._offs, strict=True)
+        ]
+        rows += [
+            (start, 1, end, off + shift)
+            for start, end, off in zip(other._starts, other._ends, other._offs, strict=True)
+        ]
+        rows.sort()
+        starts, ends, offs = array("Q"), array("Q"), array("Q")
+        for start, _, end, off in rows:
+            if starts and starts[-1] == start:
+                continue
+            starts.append(start)
+            ends.append(end)
+            offs.append(off)
+        return SymbolTable(starts, ends, offs, self._strtab + other._strtab)
+
     @property
     def weight(self) -> int:
         """Approximate bytes held, for the cache's budget."""
@@ -108,7 +133,8 @@ class ElfImage:
     segments: tuple[LoadSegment, ...]
     symbols: SymbolTable
     source: str
-    """Which table the symbols come from: 'symtab', 'dynsym' or 'none'."""
+    """Where the symbols come from: 'symtab', 'dynsym', 'minidebuginfo' (.dynsym and
+    .gnu_debugdata) or 'none'."""
     build_id: str | None = None
     debuglink: str | None = None
 
@@ -180,8 +206,33 @@ def _build_id(stream: BinaryIO, sections: list[Section], little_endian: bool) ->
     return None
 
 
+def _minidebuginfo(stream: BinaryIO, sections: list[Section]) -> SymbolTable | None:
+    """The symbols of the xz-compressed ELF in .gnu_debugdata (Fedora's MiniDebugInfo: the
+    local functions a stripped binary's .dynsym lacks), or None."""
+    sec = next((s for s in sections if s.name == ".gnu_debugdata"), None)
+    if sec is None:
+        return None
+    unpacker = lzma.LZMADecompressor()
+    try:
+        inner = unpacker.decompress(read_section(stream, sec), max_length=_MAX_DEBUGDATA)
+    except lzma.LZMAError:
+        return None
+    if not unpacker.eof:
+        return None  # larger than any real one: not worth the memory
+    try:
+        image = _parse(io.BytesIO(inner), nested=True)
+    except ElfError:
+        return None
+    return image.symbols if len(image.symbols) else None
+
+
 def parse_elf(stream: BinaryIO) -> ElfImage:
-    """Segments and code symbols of the ELF in *stream* (.symtab, else .dynsym)."""
+    """Segments and code symbols of the ELF in *stream*: .symtab, else .dynsym together with
+    a MiniDebugInfo table when there is one."""
+    return _parse(stream, nested=False)
+
+
+def _parse(stream: BinaryIO, *, nested: bool) -> ElfImage:
     try:
         elf = ELFFile(stream)
         segments = tuple(
@@ -203,6 +254,9 @@ def parse_elf(stream: BinaryIO) -> ElfImage:
             table, source = _symbol_table(stream, elf, sections, SHT_DYNSYM), "dynsym"
         if table is None or len(table) == 0:
             table, source = EMPTY_TABLE, "none"
+        mini = None if nested or source == "symtab" else _minidebuginfo(stream, sections)
+        if mini is not None:
+            table, source = table.merged(mini), "minidebuginfo"
         link = next((s for s in sections if s.name == ".gnu_debuglink"), None)
         debuglink = parse_debuglink(read_section(stream, link)) if link is not None else None
         build_id = _build_id(stream, sections, elf.little_endian)
