@@ -16,8 +16,11 @@ interpreter frames were doing. So:
 
 The native part is cut at the first frame (counting from the leaf) that belongs to the
 interpreter module itself (``python3.11`` or ``libpython3.12.so.1.0``): everything from there
-rootwards is the evaluation loop the Python frames already stand for, or garbage. A thread
-with no Python frames (a native thread, or not a Python process) keeps its whole native stack.
+rootwards is the evaluation loop the Python frames already stand for, or garbage. It is also
+cut at the first frame past the leaf that no mapped file covers (``native:[unknown]+0x...``):
+in a sample of a Python thread that is the frame-pointer walk reading a stale register, not
+code (a JIT would be the exception, and CPython 3.11-3.13 has none by default). A thread with
+no Python frames (a native thread, or not a Python process) keeps its whole native stack.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ __all__ = ["frame_module", "merge_stack"]
 # 'native:<symbol> [<module>]' or 'native:<module>+0x<offset>'
 _WITH_SYMBOL: Final = re.compile(r"^native:.* \[([^\]]+)\]$")
 _NO_SYMBOL: Final = re.compile(r"^native:(.+)\+0x[0-9a-fA-F]+$")
+_UNMAPPED: Final = "native:[unknown]+0x"
 
 
 def frame_module(frame: str) -> str | None:
@@ -51,7 +55,7 @@ def merge_stack(
     native = list(native_leaf_first)
     if python_root_first and interpreter_module:
         for i, frame in enumerate(native):
-            if frame_module(frame) == interpreter_module:
+            if frame_module(frame) == interpreter_module or (i and frame.startswith(_UNMAPPED)):
                 native = native[:i]
                 break
     out = [f"thread:{tid}", *python_root_first]

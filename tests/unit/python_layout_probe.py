@@ -1,0 +1,121 @@
+"""Run INSIDE a CPython 3.11+ interpreter: find, in its own memory, the struct offsets that
+python_procs.LAYOUTS hard-codes, by the value each field must hold, and print them as JSON
+(each field: the offsets where the expected value was found; the table's must be among them).
+
+Reads memory at addresses the interpreter itself handed out (via ctypes and id()), in bounded
+ranges inside the objects, and follows a pointer only into a readable mapping of
+/proc/self/maps, so a wrong guess here cannot crash the interpreter.
+The frame checks run in one function body without calling Python functions: a call would
+push a frame and move tstate's current frame away from the one being checked.
+"""
+
+import ctypes
+import json
+import sys
+import threading
+import types
+from collections.abc import Iterator
+
+api = ctypes.pythonapi
+for _name in (
+    "PyThreadState_Get",
+    "PyInterpreterState_Get",
+    "PyInterpreterState_Main",
+    "PyInterpreterState_ThreadHead",
+    "PyThreadState_Next",
+):
+    getattr(api, _name).restype = ctypes.c_void_p
+api.PyInterpreterState_ThreadHead.argtypes = [ctypes.c_void_p]
+api.PyThreadState_Next.argtypes = [ctypes.c_void_p]
+U64 = ctypes.c_uint64.from_address
+
+
+def readable_ranges() -> list[tuple[int, int]]:
+    ranges = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            span, perms = line.split()[:2]
+            if perms.startswith("r"):
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                ranges.append((lo, hi))
+    return ranges
+
+
+READABLE = readable_ranges()
+
+
+def find(base: int, value: int, limit: int) -> list[int]:
+    return [o for o in range(0, limit, 8) if U64(base + o).value == value]
+
+
+out: dict[str, object] = {}
+tstate = api.PyThreadState_Get()
+interp = api.PyInterpreterState_Get()
+runtime = ctypes.addressof(ctypes.c_char.in_dll(api, "_PyRuntime"))
+out["runtime_interp_head"] = find(runtime, api.PyInterpreterState_Main(), 8192)
+out["tstate_native_tid"] = find(tstate, threading.get_native_id(), 512)
+stop = threading.Event()
+other = threading.Thread(target=stop.wait)
+other.start()
+head = api.PyInterpreterState_ThreadHead(interp)
+out["interp_threads_head"] = find(interp, head, 16384)
+out["tstate_next"] = find(head, api.PyThreadState_Next(head), 512)
+stop.set()
+other.join()
+
+
+class Holder:
+    def method(self) -> tuple[int, int, types.CodeType, list[int], list[list[int]], list[int]]:
+        frame = sys._getframe()
+        iframe = U64(id(frame) + 24).value  # PyFrameObject.f_frame (3.11+)
+        caller = U64(id(frame.f_back) + 24).value
+        direct: list[int] = []
+        via: list[list[int]] = []
+        for o in range(0, 512, 8):
+            p = U64(tstate + o).value
+            if p == iframe:
+                direct.append(o)
+            elif p % 8 == 0 and any(lo <= p and p + 16 <= hi for lo, hi in READABLE):
+                for k in (0, 8):
+                    outside = p - k < tstate or p - k >= tstate + 512  # not tstate itself
+                    if outside and U64(p + k).value == iframe:
+                        via.append([o, k])
+        code = frame.f_code
+        head_bytes = [U64(iframe + o).value for o in range(0, 80, 8)]
+        return iframe, caller, code, direct, via, head_bytes
+
+
+iframe, caller, code, direct, via, words = Holder().method()
+out["tstate_frame_direct"] = direct
+out["tstate_frame_via_cframe"] = via
+out["frame_code"] = [i * 8 for i, w in enumerate(words) if w == id(code)]
+out["frame_previous"] = [i * 8 for i, w in enumerate(words) if w == caller]
+out["frame_instr"] = [i * 8 for i, w in enumerate(words) if id(code) < w < id(code) + 65536]
+cid = id(code)
+out["code_filename"] = find(cid, id(code.co_filename), 256)
+out["code_qualname"] = find(cid, id(code.co_qualname), 256)
+out["code_linetable"] = find(cid, id(code.co_linetable), 256)
+out["code_firstlineno"] = [
+    o for o in range(0, 256, 4) if ctypes.c_int.from_address(cid + o).value == code.co_firstlineno
+]
+out["code_adaptive"] = [
+    o for o in range(0, 256, 8) if ctypes.string_at(cid + o, 2) == code.co_code[:2]
+]
+
+
+def generator() -> Iterator[int]:
+    yield U64(id(sys._getframe()) + 24).value
+
+
+# owner: FRAME_OWNED_BY_GENERATOR (1) in a suspended generator, FRAME_OWNED_BY_THREAD (0) here.
+suspended = generator()
+gen_frame = next(suspended)
+module_frame = U64(id(sys._getframe()) + 24).value
+byte = ctypes.c_uint8.from_address
+out["frame_owner"] = [
+    o for o in range(64, 72) if byte(gen_frame + o).value == 1 and byte(module_frame + o).value == 0
+]
+out["ascii_data"] = [sys.getsizeof("") - 1]
+out["compact_data"] = [sys.getsizeof("x\xe9") - 3]  # two latin-1 chars and a NUL
+out["version"] = list(sys.version_info[:2])
+print(json.dumps(out))

@@ -1,0 +1,137 @@
+"""CPython process facts: maps parsing, interpreter detection, and the per-version offsets
+checked against live interpreters (each finds its own fields by value, see
+python_layout_probe.py)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zerotrace_collector.python_procs import (
+    LAYOUTS,
+    NO_CFRAME,
+    inspect,
+    interpreter_module,
+    parse_maps,
+    process_start_time,
+)
+
+pytestmark = pytest.mark.unit
+
+PROBE = Path(__file__).with_name("python_layout_probe.py")
+REPO = Path(__file__).resolve().parents[2]
+
+STATIC_MAPS = (
+    "00400000-0041f000 r--p 00000000 fe:00 1234     /usr/bin/python3.11\n"
+    "0041f000-006d2000 r-xp 0001f000 fe:00 1234     /usr/bin/python3.11\n"
+    "01d5b000-01e9c000 rw-p 00000000 00:00 0        [heap]\n"
+    "7f0000000000-7f0000021000 rw-p 00000000 00:00 0 \n"  # anonymous: a trailing space
+    "7f1000000000-7f1000028000 r--p 00000000 fe:00 99   /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+)
+
+SHARED_MAPS = """\
+5558612c9000-5558612ca000 r--p 00000000 fe:00 73259     /opt/py/bin/python3.12
+7f3fe2c00000-7f3fe2d06000 r--p 00000000 fe:00 73482     /opt/py/lib/libpython3.12.so.1.0
+7f3fe2d06000-7f3fe2f79000 r-xp 00106000 fe:00 73482     /opt/py/lib/libpython3.12.so.1.0
+"""
+
+
+def test_parse_maps_keeps_file_mappings_only() -> None:
+    maps = parse_maps(STATIC_MAPS)
+    assert [m.path for m in maps] == ["/usr/bin/python3.11"] * 2 + [
+        "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    ]
+    assert maps[1].start == 0x41F000 and maps[1].offset == 0x1F000 and maps[1].inode == 1234
+
+
+def test_interpreter_of_a_static_build() -> None:
+    assert interpreter_module(parse_maps(STATIC_MAPS)) == ("/usr/bin/python3.11", (3, 11), 0x400000)
+
+
+def test_interpreter_of_a_shared_build_is_the_library() -> None:
+    found = interpreter_module(parse_maps(SHARED_MAPS))
+    assert found == ("/opt/py/lib/libpython3.12.so.1.0", (3, 12), 0x7F3FE2C00000)
+
+
+def test_no_interpreter() -> None:
+    maps = "7f1000000000-7f1000028000 r--p 00000000 fe:00 99   /usr/bin/bash\n"
+    assert interpreter_module(parse_maps(maps)) is None
+    lookalike = "7f1000000000-7f1000028000 r--p 00000000 fe:00 99   /usr/bin/python-config\n"
+    assert interpreter_module(parse_maps(lookalike)) is None
+
+
+def test_start_time_survives_odd_comm() -> None:
+    stat = "4242 (a) b) (c) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 0 0"
+    assert process_start_time(stat) == 987654
+
+
+def test_pack_matches_the_c_struct() -> None:
+    walker = LAYOUTS[(3, 13)].walker
+    packed = walker.pack(0x1122334455667788)
+    assert len(packed) == 8 + 12 * 4  # struct zt_py_offsets: no padding
+    fields = struct.unpack("<Q12I", packed)
+    assert fields[0] == 0x1122334455667788
+    assert fields[5] == walker.tstate_frame and fields[6] == NO_CFRAME
+
+
+def test_inspect_this_interpreter() -> None:
+    proc = inspect(os.getpid())
+    if sys.version_info[:2] not in LAYOUTS:
+        assert proc is None
+        return
+    assert proc is not None and proc.version == sys.version_info[:2]
+    # _PyRuntime's address, as the interpreter itself knows it.
+    import ctypes
+
+    runtime = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
+    assert proc.runtime_addr == runtime
+
+
+def test_inspect_gone_process() -> None:
+    assert inspect(2**22 + 12345) is None
+
+
+def interpreters() -> list[str]:
+    found = {os.path.realpath(sys.executable)}
+    patterns = [
+        "/usr/bin/python3.1[123]",
+        str(REPO / ".venv/other-python/bin/python3.1[123]"),
+        "/root/.pyenv/versions/3.1[123].*/bin/python3.1[123]",
+    ]
+    for pattern in patterns:
+        found.update(os.path.realpath(p) for p in glob.glob(pattern))
+    return sorted(found)
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_layout_table_matches_the_live_interpreter(python: str) -> None:
+    out = subprocess.run([python, str(PROBE)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    layout = LAYOUTS[tuple(seen["version"])]
+    w, c = layout.walker, layout.code
+    assert min(seen["runtime_interp_head"]) == w.runtime_interp_head
+    assert w.interp_threads_head in seen["interp_threads_head"]
+    assert w.tstate_next in seen["tstate_next"]
+    assert w.tstate_native_tid in seen["tstate_native_tid"]
+    if w.cframe_current == NO_CFRAME:
+        assert w.tstate_frame in seen["tstate_frame_direct"]
+    else:
+        assert [w.tstate_frame, w.cframe_current] in seen["tstate_frame_via_cframe"]
+    assert w.frame_code in seen["frame_code"]
+    assert w.frame_previous in seen["frame_previous"]
+    assert w.frame_instr in seen["frame_instr"]
+    assert w.frame_owner in seen["frame_owner"]
+    assert c.filename in seen["code_filename"]
+    assert c.qualname in seen["code_qualname"]
+    assert c.linetable in seen["code_linetable"]
+    assert c.firstlineno in seen["code_firstlineno"]
+    assert c.code_adaptive in seen["code_adaptive"]
+    assert [c.ascii_data] == seen["ascii_data"] and [c.compact_data] == seen["compact_data"]
