@@ -430,3 +430,28 @@ def test_public_surface() -> None:
     assert init["proc_root"].default == "/proc"
     assert init["kallsyms_path"].default == "/proc/kallsyms"
     assert all(p.kind is p.KEYWORD_ONLY for p in list(init.values())[3:])
+
+
+def test_a_path_that_names_another_file_now(
+    built: Path, targets: list[Target], tmp_path: Path
+) -> None:
+    """The maps name a path whose file is no longer the mapped inode (and no map_files to
+    reach the old one): module+offset, not the new file's symbols."""
+    t = start(targets, built / "zt_target")
+    lib = t.load(built / "libzt.so")
+    real = Path(f"/proc/{t.pid}")
+    fake = tmp_path / "proc" / "77"
+    fake.mkdir(parents=True)
+    (fake / "stat").write_text((real / "stat").read_text())
+    lines = []
+    for line in (real / "maps").read_text().splitlines():
+        cols = line.split()
+        if len(cols) == 6 and cols[5] == str(built / "libzt.so"):
+            line = line.replace(f" {cols[4]} ", f" {int(cols[4]) + 1} ")
+        lines.append(line)
+    (fake / "maps").write_text("\n".join(lines) + "\n")
+    sym = Symbolizer(proc_root=str(tmp_path / "proc"))
+    frames = sym.user_frames(77, [lib["zt_lib_fn"], t.addresses["zt_alpha"]])
+    assert frames[0].startswith("native:libzt.so+0x")
+    assert frames[1] == "native:zt_alpha [zt_target]"
+    assert sym.counters()["file_replaced"] == 1

@@ -288,16 +288,17 @@ class Symbolizer:
             candidates.append(os.path.join(self._proc_root, str(pid), "root") + mapping.path)
             candidates.append(mapping.path)
         candidates.append(map_files_path(self._proc_root, pid, mapping))
+        replaced = False
         for path in candidates:
             try:
                 st = os.stat(path)
             except OSError:
                 continue
-            if st.st_ino != mapping.inode:
-                self._counts["file_replaced"] += 1
+            if st.st_ino != mapping.inode:  # another file under that name now
+                replaced = True
                 continue
             return self._elves.get(file_key(st), path, mapping.path)
-        self._counts["unreadable_file"] += 1
+        self._counts["file_replaced" if replaced else "unreadable_file"] += 1
         return None
 
     def _kernel_table(self) -> KernelSymbols:
