@@ -1,6 +1,7 @@
 """Kernel test: the CPU profiler shows Python call chains of a real program, merged with its
 native and kernel frames, on CPU and off CPU, under the machine's CPython 3.11 and another
-version (3.12 or 3.13: pyenv's, or the one scripts/other-python.sh puts in .venv/other-python).
+version: every 3.12/3.13 found (pyenv's, $ZEROTRACE_OTHER_PYTHON, or the one
+scripts/other-python.sh puts in .venv/other-python).
 
 The program is tests/harness/profiled_app.py, started normally: about 70% of its CPU in
 hot_loop called from handle_request, sleeps in wait_for_backend (it reports the slept time it
@@ -37,15 +38,20 @@ APP = REPO / "tests" / "harness" / "profiled_app.py"
 APP_SECONDS = 4.0
 
 
-def other_python() -> str | None:
-    """A CPython 3.12 or 3.13 to run the program under, or None."""
+def other_pythons() -> dict[str, str | None]:
+    """CPython 3.12/3.13 interpreters to run the program under, by version ("other": None
+    when there is none)."""
     candidates = [os.environ.get("ZEROTRACE_OTHER_PYTHON", "")]
     candidates += sorted(glob.glob(str(REPO / ".venv/other-python/bin/python3.1[23]")))
     candidates += sorted(glob.glob("/root/.pyenv/versions/3.1[23].*/bin/python3.1[23]"))
-    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+    found: dict[str, str | None] = {}
+    for c in candidates:
+        if c and os.access(c, os.X_OK):
+            found.setdefault(os.path.basename(os.path.realpath(c)).removeprefix("python"), c)
+    return found or {"other": None}
 
 
-INTERPRETERS = {"3.11": "/usr/bin/python3.11", "other": other_python()}
+INTERPRETERS = {"3.11": "/usr/bin/python3.11", **other_pythons()}
 
 
 @pytest.fixture(scope="module")
