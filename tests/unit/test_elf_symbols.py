@@ -232,3 +232,18 @@ def test_minidebuginfo_names_the_local_functions(built: Path) -> None:
     image = load_elf(str(broken))
     assert image.source == "dynsym"
     assert image.symbol_at(_file_offset(full, truth["zt_lib_fn"][0])) == "zt_lib_fn"
+
+
+ALIASES_C = r"""
+__attribute__((noinline)) int __zt_impl(int x) { return x * 11; }
+int zt_public(int x) __attribute__((weak, alias("__zt_impl")));
+int _zt_internal(int x) __attribute__((alias("__zt_impl")));
+"""
+
+
+def test_aliases_give_the_plainest_name(built: Path) -> None:
+    lib = build_library(built, "libzt_alias.so", ALIASES_C)
+    truth = nm_symbols(lib)
+    assert truth["zt_public"][0] == truth["__zt_impl"][0] == truth["_zt_internal"][0]
+    image = load_elf(str(lib))
+    assert image.symbol_at(_file_offset(lib, truth["zt_public"][0]) + 2) == "zt_public"

@@ -9,7 +9,7 @@ pyelftools reads the ELF and program headers; the section headers (elf_sections)
 symbol entries are unpacked with ``struct``, in one pass over each table, because pyelftools
 builds a Container per symbol. Names stay in the string table's bytes and are decoded only
 for the symbols that are hit. Measured here: libLLVM (190 MB, 145,000 code symbols) in
-0.6 s, libpython3.11 in 35 ms.
+0.2 s, libjvm (44,000) in 70 ms, libpython3.11 in 20 ms.
 
 ``parse_elf`` is pure over a seekable stream; ``load_elf`` is the one function that opens a
 file. Both raise :class:`ElfError` for a file that is not a usable ELF.
@@ -46,6 +46,9 @@ _STT_NOTYPE: Final = 0
 _STT_FUNC: Final = 2
 _STT_GNU_IFUNC: Final = 10
 _CODE_TYPES: Final = frozenset((_STT_NOTYPE, _STT_FUNC, _STT_GNU_IFUNC))
+# First bytes of names that are no functions: ARM/AArch64 mapping symbols ($x, $d), local
+# labels (.L...) and the empty name.
+_NOT_FUNCTION: Final = frozenset(b"$.\0")
 # A MiniDebugInfo image is a few hundred KiB; one that inflates past this is not one.
 _MAX_DEBUGDATA: Final = 64 << 20
 _BIND_RANK: Final = {1: 0, 2: 1, 0: 2}  # GLOBAL, WEAK, LOCAL
@@ -154,6 +157,18 @@ class ElfImage:
         return ElfImage(self.segments, other.symbols, other.source, self.build_id, self.debuglink)
 
 
+def _start(row: tuple[int, int, int, int, int]) -> int:
+    return row[0]
+
+
+def _rank(row: tuple[int, int, int, int, int], strtab: bytes) -> tuple[int, int, int, int]:
+    """Among aliases (getpid, __getpid): a function over a label, then the plainer name
+    (fewer leading underscores), then global over weak over local, then the first name."""
+    _, _, name, info, _ = row
+    underscores = len(strtab[name : name + 2]) - len(strtab[name : name + 2].lstrip(b"_"))
+    return (0 if info & 0xF else 1, underscores, _BIND_RANK.get(info >> 4, 3), name)
+
+
 def _symbol_table(
     stream: BinaryIO, elf: ELFFile, sections: list[Section], sec_type: int
 ) -> SymbolTable | None:
@@ -164,36 +179,47 @@ def _symbol_table(
     code = {i: s.addr + s.size for i, s in enumerate(sections) if s.flags & SHF_EXECINSTR}
     strtab = read_section(stream, sections[sec.link])
     data = read_section(stream, sec)
+    order = "<" if elf.little_endian else ">"
+    n_str = len(strtab)
+    # One comprehension per layout, unpacking into names: the hot loop of a large library.
+    rows: list[tuple[int, int, int, int, int]]  # start, size, name, info, shndx
     if elf.elfclass == 64:
-        fmt, size, order = "IBBHQQ", 24, (0, 4, 5, 1, 3)
+        data = data[: len(data) - len(data) % 24]
+        rows = [
+            (value, size, name, info, shndx)
+            for name, info, _other, shndx, value, size in struct.iter_unpack(order + "IBBHQQ", data)
+            if shndx in code
+            and (info & 0xF) in _CODE_TYPES
+            and 0 < name < n_str
+            and strtab[name] not in _NOT_FUNCTION
+        ]
     else:
-        fmt, size, order = "IIIBBH", 16, (0, 1, 2, 3, 5)
-    fmt = ("<" if elf.little_endian else ">") + fmt
-    rows: list[tuple[int, int, int, int, int]] = []  # start, rank, size, name, shndx
-    n_name, n_value, n_size, n_info, n_shndx = order
-    for entry in struct.iter_unpack(fmt, data[: len(data) - len(data) % size]):
-        info, shndx, name = entry[n_info], entry[n_shndx], entry[n_name]
-        if (info & 0xF) not in _CODE_TYPES or shndx not in code or name == 0:
-            continue
-        first = strtab[name : name + 1]
-        if first in (b"$", b".", b""):  # mapping symbols and local labels, not functions
-            continue
-        # Aliases (getpid, __getpid): a function over a label, then the plainer name,
-        # then global over weak over local.
-        plain = 0 if first != b"_" else 1 if strtab[name + 1 : name + 2] != b"_" else 2
-        rank = (0 if info & 0xF else 64) + plain * 8 + _BIND_RANK.get(info >> 4, 3)
-        rows.append((entry[n_value], rank, entry[n_size], name, shndx))
-    rows.sort()
-    unique = [r for i, r in enumerate(rows) if i == 0 or rows[i - 1][0] != r[0]]  # best alias
+        data = data[: len(data) - len(data) % 16]
+        rows = [
+            (value, size, name, info, shndx)
+            for name, value, size, info, _other, shndx in struct.iter_unpack(order + "IIIBBH", data)
+            if shndx in code
+            and (info & 0xF) in _CODE_TYPES
+            and 0 < name < n_str
+            and strtab[name] not in _NOT_FUNCTION
+        ]
+    rows.sort(key=_start)
     starts, ends, offs = array("Q"), array("Q"), array("Q")
-    for i, (start, _rank, sym_size, name, shndx) in enumerate(unique):
+    i, count = 0, len(rows)
+    while i < count:
+        start = rows[i][0]
+        j = i + 1
+        while j < count and rows[j][0] == start:
+            j += 1
+        best = rows[i] if j == i + 1 else min(rows[i:j], key=lambda r: _rank(r, strtab))
+        _, sym_size, name, _, shndx = best
         end = start + sym_size
-        if sym_size == 0:
-            section_end = code[shndx]
-            end = min(unique[i + 1][0], section_end) if i + 1 < len(unique) else section_end
+        if sym_size == 0:  # up to the next symbol, within its section
+            end = min(rows[j][0], code[shndx]) if j < count else code[shndx]
         starts.append(start)
         ends.append(max(end, start + 1))
         offs.append(name)
+        i = j
     return SymbolTable(starts, ends, offs, strtab)
 
 
