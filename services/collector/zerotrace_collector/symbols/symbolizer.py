@@ -114,7 +114,7 @@ class Symbolizer:
 
     def kernel_frames(self, addresses: Sequence[int]) -> list[str]:
         """One frame per kernel address, in the same order (~0.8 us each once kallsyms is
-        read; the first call reads it: ~0.4 s for 120,000 symbols)."""
+        read; the first call reads it: ~0.25 s for 120,000 symbols)."""
         with self._lock:
             table = self._kernel_table()
             out: list[str] = []
@@ -310,7 +310,7 @@ class Symbolizer:
 
     def _kernel_miss(self, table: KernelSymbols) -> KernelSymbols:
         """Re-read kallsyms after a miss, rarely: modules and BPF programs (bpf_prog_*) come
-        and go, but a re-read costs ~0.4 s of CPU."""
+        and go, but a re-read costs ~0.25 s of CPU."""
         if len(table) == 0 or self._clock() - self._kernel_read_at < self._kallsyms_reread_s:
             return table
         self._counts["kallsyms_reread"] += 1
