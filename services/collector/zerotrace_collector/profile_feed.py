@@ -61,6 +61,7 @@ class ProfileFeed:
         clock: Callable[[], float] = time.monotonic,
         recheck_s: float = 10.0,
         sweep_s: float = 5.0,
+        max_stacks: int = 16_384,
         proc: str = "/proc",
     ) -> None:
         self.probe = probe
@@ -77,6 +78,11 @@ class ProfileFeed:
         self._seen_at: dict[int, float] = {}
         self._swept_at = clock()
         self._containers: dict[int, str | None] = {}
+        # Merged frames by everything they are made of: a busy program repeats a few stacks
+        # (the same addresses, the same few instructions of a hot loop), and a hit skips the
+        # symbolizers and the merge. Cleared whenever a process is forgotten.
+        self._stacks: dict[tuple[Any, ...], list[str]] = {}
+        self._max_stacks = max_stacks
         self.counts: Counter[str] = Counter()
 
     def attach(self) -> None:
@@ -102,6 +108,7 @@ class ProfileFeed:
         return found
 
     def _forget(self, pid: int) -> None:
+        self._stacks.clear()
         self._procs.pop(pid, None)
         self._seen_at.pop(pid, None)
         self._containers.pop(pid, None)
@@ -125,13 +132,16 @@ class ProfileFeed:
 
     # -- samples -------------------------------------------------------------
 
-    def _python_frames(self, sample: ProfileSample, proc: PythonProcess | None) -> list[str]:
+    def _count_python(self, sample: ProfileSample) -> None:
         if sample.py_status == PyStatus.NO_THREAD:
             self.counts["py_no_thread"] += 1
         elif sample.py_status == PyStatus.READ_FAIL:
             self.counts["py_read_fail"] += 1
         if sample.py_truncated:
             self.counts["py_truncated"] += 1
+
+    def _python_frames(self, sample: ProfileSample, proc: PythonProcess | None) -> list[str]:
+        self._count_python(sample)
         if proc is None or not sample.py_frames:
             return []
         out = []
@@ -143,10 +153,23 @@ class ProfileFeed:
 
     def frames(self, sample: ProfileSample) -> list[str]:
         """The sample's merged frames, root first."""
+        key = (sample.pid, sample.tid, sample.py_frames, sample.user_stack, sample.kernel_stack)
+        cached = self._stacks.get(key)
+        if cached is not None:
+            self._count_python(sample)
+            return cached
+        frames = self._merged(sample)
+        if len(self._stacks) >= self._max_stacks:
+            self._stacks.clear()  # cheaper than an LRU; refilled within seconds
+        self._stacks[key] = frames
+        return frames
+
+    def _merged(self, sample: ProfileSample) -> list[str]:
         proc = self._procs.get(sample.pid)
         python = self._python_frames(sample, proc)
-        native = self._symbolizer.user_frames(sample.pid, sample.user_stack)
-        kernel = self._symbolizer.kernel_frames(sample.kernel_stack)
+        user, kstack = sample.user_stack, sample.kernel_stack
+        native = self._symbolizer.user_frames(sample.pid, user) if user else []
+        kernel = self._symbolizer.kernel_frames(kstack) if kstack else []
         return merge_stack(sample.tid, python, native, kernel, proc.module_name if proc else None)
 
     def _container(self, pid: int) -> str | None:
@@ -170,7 +193,7 @@ class ProfileFeed:
             "ts_ns": ts_ns,
             "profile_type": kind,
             "weight": sample.weight,
-            "frames": self.frames(sample),
+            "frames": list(self.frames(sample)),
         }
         return RawRecord(
             names.RAW_STACK.name, str(sample.pid).encode(), names.RAW_STACK.record, datum

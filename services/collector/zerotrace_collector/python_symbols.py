@@ -118,6 +118,9 @@ class PythonSymbols:
         self._proc = proc
         self._max_codes = max_codes
         self._codes: OrderedDict[tuple[int, int, int], CodeInfo | None] = OrderedDict()
+        # Finished frame texts by (pid, start time, code, instruction): a hot loop is sampled
+        # at the same few instructions, and decoding a line table costs more than a lookup.
+        self._texts: OrderedDict[tuple[int, int, int, int], str] = OrderedDict()
         self._fds: dict[int, tuple[int, int]] = {}  # pid -> (start_time, fd)
         self.counts: Counter[str] = Counter()
 
@@ -160,6 +163,11 @@ class PythonSymbols:
 
     def frame(self, proc: PythonProcess, code_addr: int, instr: int) -> str | None:
         """The frame text, or None when the code object cannot be read (counted)."""
+        at = (proc.pid, proc.start_time, code_addr, instr)
+        text = self._texts.get(at)
+        if text is not None:
+            self._texts.move_to_end(at)
+            return text
         key = (proc.pid, proc.start_time, code_addr)
         if key in self._codes:
             self._codes.move_to_end(key)
@@ -176,7 +184,11 @@ class PythonSymbols:
             self.counts["py_code_unreadable"] += 1
             return None
         lasti = (instr - code_addr - proc.layout.code.code_adaptive) // 2
-        return python_frame(info, line_for(info.linetable, info.firstlineno, lasti))
+        text = python_frame(info, line_for(info.linetable, info.firstlineno, lasti))
+        self._texts[at] = text
+        if len(self._texts) > 4 * self._max_codes:
+            self._texts.popitem(last=False)
+        return text
 
     def forget(self, pid: int) -> None:
         """Drop what is held for *pid* (call when it exits or its start time changed)."""
@@ -185,6 +197,8 @@ class PythonSymbols:
             os.close(held[1])
         for key in [k for k in self._codes if k[0] == pid]:
             del self._codes[key]
+        for at in [k for k in self._texts if k[0] == pid]:
+            del self._texts[at]
 
     def close(self) -> None:
         for pid in list(self._fds):

@@ -205,10 +205,14 @@ class ProfileProbe:
         return 0
 
     def poll(self, timeout_ms: int) -> list[ProfileSample]:
-        """Wait up to *timeout_ms* (-1 = forever); return the samples received since."""
+        """Wait up to *timeout_ms* (-1 = until a batch is ready); return the samples received.
+
+        The program wakes the reader once per batch of events, not per event, so this usually
+        returns at the timeout: then whatever arrived meanwhile is consumed."""
         if self._bpf is None:
             raise RuntimeError("poll() before attach()")
         self._bpf.ring_buffer_poll(timeout=timeout_ms)
+        self._bpf.ring_buffer_consume()
         out, self._pending = self._pending, []
         return out
 

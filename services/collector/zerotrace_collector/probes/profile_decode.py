@@ -74,14 +74,14 @@ class ProfileLayout:
         kind, pid, tid, kbytes, ubytes, _, ts, weight, comm = _HEAD.unpack_from(raw)
         if kind not in (EVENT_ON_CPU, EVENT_OFF_CPU):
             raise MalformedEvent(f"event type {kind} is not a profile event")
-        n = self.stack_depth
-        words = struct.unpack_from(f"<{2 * n}Q", raw, _HEAD.size)
+        n, m = self.stack_depth, self.py_depth
         py_at = _HEAD.size + 16 * n
         status, depth, truncated, _ = _PY_HEAD.unpack_from(raw, py_at)
-        if depth > self.py_depth or status > max(PyStatus):
+        if depth > m or status > max(PyStatus):
             raise MalformedEvent(f"python depth {depth} / status {status} out of range")
-        m = self.py_depth
-        py = struct.unpack_from(f"<{2 * m}Q", raw, py_at + _PY_HEAD.size)
+        # Only the filled words are turned into ints: most of a 1.3 KB event is empty slots.
+        words = memoryview(raw)[_HEAD.size : self.size].cast("Q")
+        py = 2 * n + _PY_HEAD.size // 8  # first code slot, in words
         return ProfileSample(
             off_cpu=kind == EVENT_OFF_CPU,
             pid=pid,
@@ -89,18 +89,20 @@ class ProfileLayout:
             comm=comm.split(b"\0", 1)[0].decode("utf-8", "replace"),
             ts_mono_ns=ts,
             weight=weight,
-            kernel_stack=_filled(words[:n], kbytes),
-            user_stack=_filled(words[n:], ubytes),
+            kernel_stack=_filled(words[0:n], kbytes),
+            user_stack=_filled(words[n : 2 * n], ubytes),
             kernel_error=kbytes < 0,
             user_error=ubytes < 0,
             py_status=PyStatus(status),
-            py_frames=tuple(zip(py[:depth], py[m : m + depth], strict=True)),
+            py_frames=tuple(
+                zip(words[py : py + depth], words[py + m : py + m + depth], strict=True)
+            ),
             py_truncated=bool(truncated),
         )
 
 
-def _filled(words: tuple[int, ...], nbytes: int) -> tuple[int, ...]:
+def _filled(words: memoryview, nbytes: int) -> tuple[int, ...]:
     # bpf_get_stack returns the bytes it wrote (a multiple of 8) or a negative errno.
     if nbytes <= 0:
         return ()
-    return tuple(w for w in words[: nbytes // 8] if w)
+    return tuple(w for w in words[: nbytes // 8].tolist() if w)
