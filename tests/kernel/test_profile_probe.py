@@ -15,6 +15,8 @@ import inspect
 import json
 import os
 import subprocess
+import tempfile
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,7 +60,7 @@ INTERPRETERS = {"3.11": "/usr/bin/python3.11", **other_pythons()}
 def feed() -> Iterator[ProfileFeed]:
     # One compiled program for both interpreters: follow mode, each app followed by pid.
     probe = ProfileProbe(REPO / "bpf", pids=set())
-    f = ProfileFeed(probe, "test-node", 0, Symbolizer())
+    f = ProfileFeed(probe, "test-node", 0, Symbolizer(), sweep_s=0.5)
     f.attach()
     try:
         yield f
@@ -148,4 +150,60 @@ def test_python_chains_on_and_off_cpu(feed: ProfileFeed, version: str) -> None:
         for r in waits
     )
     counters = feed.counters()
+    assert counters["malformed"] == 0 and counters["lost"] == 0, counters
+
+
+# A C program in a busy loop, built stripped: no symbol covers its code.
+SPIN_C = textwrap.dedent(
+    """
+    #include <time.h>
+    static volatile unsigned long sink;
+    static void spin(void) { for (unsigned long i = 0; i < 1000000; i++) sink += i * i; }
+    int main(void) {
+        time_t end = time(0) + 2;
+        while (time(0) < end) spin();
+        return 0;
+    }
+    """
+)
+
+
+def test_forks_exits_and_stripped_binaries(feed: ProfileFeed) -> None:
+    """A shell that forks short-lived Python processes (each exits while being sampled) and a
+    stripped native program: children are followed, Python is found in them, the native
+    program shows its own frames as module+offset, nothing crashes, exits are counted."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spin = Path(tmp) / "zt-spin"
+        subprocess.run(
+            ["gcc", "-O1", "-s", "-o", str(spin), "-x", "c", "-"],
+            input=SPIN_C,
+            text=True,
+            check=True,
+        )
+        child = "import time\nend = time.monotonic() + 0.7\nwhile time.monotonic() < end: pass\n"
+        script = f"read go; for i in 1 2 3; do /usr/bin/python3.11 -c '{child}'; done; {spin}"
+        with subprocess.Popen(["/bin/sh", "-c", script], stdin=subprocess.PIPE, text=True) as sh:
+            assert sh.stdin
+            feed.probe.follow_pid(sh.pid)
+            exited_before = feed.counters().get("process_exited", 0)
+            sh.stdin.write("go\n")
+            sh.stdin.flush()
+            records = []
+            deadline = time.monotonic() + 20
+            while sh.poll() is None and time.monotonic() < deadline:
+                records += [r.datum for r in feed.poll(100)]
+            records += [r.datum for r in feed.poll(600)]  # and let a sweep run
+            records += [r.datum for r in feed.poll(100)]
+    on = [r for r in records if r["profile_type"] == "ON_CPU"]
+    pythons = {r["pid"] for r in on if r["process_name"].startswith("python")}
+    assert len(pythons) == 3, pythons
+    with_py = {
+        r["pid"] for r in on if any(f.startswith("py:<module> (<string>:") for f in r["frames"])
+    }
+    assert with_py == pythons  # found lazily, from their first samples on
+    spun = [r["frames"] for r in on if r["process_name"] == "zt-spin"]
+    assert len(spun) >= 20
+    assert sum(any(f.startswith("native:zt-spin+0x") for f in fr) for fr in spun) >= 0.9 * len(spun)
+    counters = feed.counters()
+    assert counters["process_exited"] - exited_before >= 4, counters
     assert counters["malformed"] == 0 and counters["lost"] == 0, counters
