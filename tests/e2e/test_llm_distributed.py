@@ -24,11 +24,9 @@ from tests.harness.accuracy import compare, worst_errors
 require_ebpf()
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    # HTTP only here: over HTTPS the distributed path still misses a few requests of the
-    # first moments of a run (open in issue 3; the embedded HTTPS test passes).
-    yield from start_server(tmp_path, tls=False)
+@pytest.fixture(params=[False, True], ids=["http", "https"])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
+    yield from start_server(tmp_path, tls=request.param)
 
 
 def llm_records(http_port: int, prefix: str, node_id: str) -> list[dict[str, Any]]:

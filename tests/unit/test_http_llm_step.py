@@ -261,6 +261,24 @@ def test_data_read_after_its_close_still_counts(codec: AvroCodec) -> None:
     assert llm["error"] is None and correlator.connections == 0
 
 
+def test_a_close_read_before_any_data_of_its_connection_still_ends_it(codec: AvroCodec) -> None:
+    """A worker starting on a backlog may read raw.conn well ahead of raw.socket; a client
+    that closes right after `data: [DONE]` (no last chunk) ends its exchange only so."""
+    records = chat_stream_records()
+    last = records[-1]
+    cut = bytes(last["payload"]).removesuffix(LAST_CHUNK)
+    assert len(cut) < len(last["payload"])
+    without_last_chunk = {**last, "payload": cut, "bytes": len(cut)}
+    correlator = HttpLlmCorrelator()
+    closed_ns = last["end_ns"] + 10
+    out = run(close(closed_ns), *records[:-1], without_last_chunk, correlator=correlator)
+    assert out == []
+    out = correlator.advance(closed_ns + CLOSE_GRACE_NS)
+    encodes(codec, out)
+    _, [llm] = by_kind(out)
+    assert llm["content_events"] > 0 and correlator.connections == 0
+
+
 def test_no_response_before_close(codec: AvroCodec) -> None:
     correlator = HttpLlmCorrelator()
     out = run(sock("EGRESS", post(CHAT_PATH, REQUEST), 0), close(50), correlator=correlator)

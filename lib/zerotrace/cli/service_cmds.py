@@ -214,6 +214,7 @@ def query(args: argparse.Namespace) -> int:
     finally:
         http.stop()
         grpc.stop()
+        indexer.close()
     say(f"indexed {indexer.indexed} documents, {indexer.dead_letters} dead letters")
     return 0
 

@@ -79,9 +79,10 @@ class HttpLlmCorrelator:
         read a little out of step with raw.socket, so they must not reset one)."""
         if record["kind"] != "CLOSE":
             return []
-        conn_id = str(record["conn_id"])
-        if conn_id in self._conns:
-            self._closing[conn_id] = int(record["ts_ns"])
+        # Kept even when no data of the connection came yet: a worker that starts on a
+        # backlog may read raw.conn ahead of raw.socket, and a client that closes right after
+        # the last SSE event (no terminating chunk) ends its exchange only by this CLOSE.
+        self._closing[str(record["conn_id"])] = int(record["ts_ns"])
         return []
 
     def _close_due(self, now_ns: int) -> list[Output]:

@@ -45,6 +45,13 @@ class Indexer:
             store.ensure_index(spec)
         consumer.subscribe(INPUT_TOPICS)
 
+    def close(self) -> None:
+        """Leave the consumer group at once. Without it the group keeps the gone member
+        until its session times out, and the next indexer of the group (a restart) waits
+        for it before it gets any partition."""
+        self._consumer.close()
+        self._dlq.close()
+
     def run_once(self, timeout_s: float = 0.5) -> int:
         """Index one batch; returns how many documents were written. Raises TransientIO when
         the store is away (nothing committed, so the batch is read again later)."""
