@@ -18,6 +18,7 @@
  *   ZT_FOLLOW          1 = only processes in zt_follow (seeded by the loader, children join)
  *   ZT_OFFCPU          1 = record off-CPU time
  *   ZT_OFFCPU_MIN_NS   shortest blocked time reported (shorter switches cost no event)
+ *   ZT_OFFCPU_THREADS  threads off CPU at once that can be recorded (LRU beyond)
  *   ZT_STACK_DEPTH     kernel and user frames kept each (a power of two)
  *   ZT_RINGBUF_PAGES   ring buffer size in pages
  *   ZT_WAKEUP_EVERY    wake the reader once per this many events (it also wakes on its poll
@@ -76,7 +77,7 @@ BPF_ARRAY(zt_profile_stats, u64, 3);
 BPF_PERCPU_ARRAY(zt_profile_scratch, struct zt_profile_event, 1);
 /* tid -> the event being built for a thread that is off CPU (switch-out time and stacks). LRU:
  * a thread that exits never switches in again, and its entry must not stay forever. */
-BPF_TABLE("lru_hash", u32, struct zt_profile_event, zt_offcpu_start, 16384);
+BPF_TABLE("lru_hash", u32, struct zt_profile_event, zt_offcpu_start, ZT_OFFCPU_THREADS);
 /* Followed processes (tgid -> 1), when ZT_FOLLOW. */
 BPF_HASH(zt_follow, u32, u8, 16384);
 

@@ -11,6 +11,7 @@ what it holds for processes that exited or whose pid was reused.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -43,9 +44,11 @@ class ProfileFeed:
     """Feed of on-CPU and off-CPU stack samples.
 
     *mono_to_epoch_ns*: add to CLOCK_MONOTONIC ns to get epoch ns (measured once by the
-    collector). *clock*: monotonic seconds, only used to pace housekeeping: a pid found not
-    to be Python is looked at again after *recheck_s* (it may exec or load libpython later);
-    every *sweep_s* the known processes are checked for exit or pid reuse.
+    collector). *clock*: monotonic seconds, only used to pace housekeeping. A pid found not to
+    be Python is looked at again when its executable changes (a forked shell that execs
+    python: checked at most every *exec_check_s*, a readlink) and every *recheck_s* in full
+    (a program that loads libpython later; reading maps costs more, so less often). Every
+    *sweep_s* the known processes are checked for exit, pid reuse and exec.
     """
 
     name = "profile"
@@ -59,7 +62,8 @@ class ProfileFeed:
         *,
         python_symbols: PythonSymbols | None = None,
         clock: Callable[[], float] = time.monotonic,
-        recheck_s: float = 10.0,
+        recheck_s: float = 60.0,
+        exec_check_s: float = 1.0,
         sweep_s: float = 5.0,
         max_stacks: int = 16_384,
         proc: str = "/proc",
@@ -72,10 +76,12 @@ class ProfileFeed:
         self._py = python_symbols or PythonSymbols(proc=proc)
         self._clock = clock
         self._recheck_s = recheck_s
+        self._exec_check_s = exec_check_s
         self._sweep_s = sweep_s
         self._proc = proc
         self._procs: dict[int, PythonProcess | None] = {}
-        self._seen_at: dict[int, float] = {}
+        # pid -> (executable, when inspected, when the executable was last looked at)
+        self._seen: dict[int, tuple[str, float, float]] = {}
         self._swept_at = clock()
         self._containers: dict[int, str | None] = {}
         # Merged frames by everything they are made of: a busy program repeats a few stacks
@@ -94,15 +100,30 @@ class ProfileFeed:
 
     # -- processes -----------------------------------------------------------
 
+    def _exe(self, pid: int) -> str:
+        try:
+            return os.readlink(f"{self._proc}/{pid}/exe")
+        except OSError:
+            return ""  # gone, or a kernel thread
+
     def python_process(self, pid: int) -> PythonProcess | None:
         """What is known of *pid* as a CPython process, looking (again) when due."""
         now = self._clock()
-        if pid in self._procs and (
-            self._procs[pid] is not None or now - self._seen_at[pid] < self._recheck_s
-        ):
-            return self._procs[pid]
+        if pid in self._procs:
+            known = self._procs[pid]
+            if known is not None:
+                return known
+            exe, inspected, exe_checked = self._seen[pid]
+            if now - inspected < self._recheck_s:
+                if now - exe_checked < self._exec_check_s:
+                    return None
+                current = self._exe(pid)
+                self._seen[pid] = (exe, inspected, now)
+                if current == exe:
+                    return None
+        exe = self._exe(pid)
         found = inspect(pid, self._proc)
-        self._procs[pid], self._seen_at[pid] = found, now
+        self._procs[pid], self._seen[pid] = found, (exe, now, now)
         if found is not None:
             self.probe.add_python(found)
         return found
@@ -110,7 +131,7 @@ class ProfileFeed:
     def _forget(self, pid: int) -> None:
         self._stacks.clear()
         self._procs.pop(pid, None)
-        self._seen_at.pop(pid, None)
+        self._seen.pop(pid, None)
         self._containers.pop(pid, None)
         self._py.forget(pid)
         self._symbolizer.forget(pid)
@@ -128,6 +149,9 @@ class ProfileFeed:
                 continue
             if known is not None and known.start_time != start:
                 self.counts["pid_reused"] += 1
+                self._forget(pid)
+            elif known is not None and self._exe(pid) != self._seen[pid][0]:
+                self.counts["process_exec"] += 1  # no longer that interpreter
                 self._forget(pid)
 
     # -- samples -------------------------------------------------------------

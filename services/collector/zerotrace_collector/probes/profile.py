@@ -39,6 +39,12 @@ class ProfileProbe:
     """CPU profiler. ``pids=None`` profiles every process (but the collector); a set of pids
     profiles those and what they fork from then on.
 
+    rate_hz: on-CPU samples per second per CPU (0: no on-CPU sampling); off_cpu: record
+    blocked time from sched_switch, for blocks of at least off_cpu_min_ns, for at most
+    off_cpu_threads threads off CPU at once; stack_depth: kernel and user frames kept each
+    (power of two); py_depth: Python frames kept (1..128); ringbuf_pages: ring buffer size
+    (power of two); self_pid: the process never profiled (default: this one).
+
     Usage::
 
         with ProfileProbe(Path("bpf"), pids={1234}) as probe:
@@ -53,14 +59,15 @@ class ProfileProbe:
         rate_hz: int = DEFAULT_RATE_HZ,
         off_cpu: bool = True,
         off_cpu_min_ns: int = DEFAULT_OFFCPU_MIN_NS,
+        off_cpu_threads: int = 8192,
         pids: set[int] | None = None,
         stack_depth: int = 32,
         py_depth: int = 48,
         ringbuf_pages: int = 512,
         self_pid: int | None = None,
     ) -> None:
-        if rate_hz < 0 or off_cpu_min_ns < 0:
-            raise ValueError("rate_hz and off_cpu_min_ns must be >= 0")
+        if rate_hz < 0 or off_cpu_min_ns < 0 or off_cpu_threads <= 0:
+            raise ValueError("rate_hz, off_cpu_min_ns must be >= 0, off_cpu_threads > 0")
         for name, value in (("stack_depth", stack_depth), ("ringbuf_pages", ringbuf_pages)):
             if value <= 0 or value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, got {value}")
@@ -70,6 +77,8 @@ class ProfileProbe:
         self.rate_hz = rate_hz
         self.off_cpu = off_cpu
         self.off_cpu_min_ns = off_cpu_min_ns
+        # Each slot holds a whole event (about 1.3 KB) in preallocated kernel memory.
+        self.off_cpu_threads = off_cpu_threads
         self.pids = None if pids is None else set(pids)
         self.layout = ProfileLayout(stack_depth, py_depth)
         self.ringbuf_pages = ringbuf_pages
@@ -92,6 +101,7 @@ class ProfileProbe:
             f"-DZT_FOLLOW={int(self.pids is not None)}",
             f"-DZT_OFFCPU={int(self.off_cpu)}",
             f"-DZT_OFFCPU_MIN_NS={self.off_cpu_min_ns}ULL",
+            f"-DZT_OFFCPU_THREADS={self.off_cpu_threads}",
             f"-DZT_STACK_DEPTH={self.layout.stack_depth}",
             f"-DZT_PY_MAX_DEPTH={self.layout.py_depth}",
             f"-DZT_RINGBUF_PAGES={self.ringbuf_pages}",
