@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from zerotrace_collector.python_procs import (
+    DEBUG_OFFSETS_SIZE,
     LAYOUTS,
     NO_CFRAME,
     inspect,
     interpreter_module,
+    layout_from_debug_offsets,
     parse_maps,
     process_start_time,
 )
@@ -135,3 +137,42 @@ def test_layout_table_matches_the_live_interpreter(python: str) -> None:
     assert c.firstlineno in seen["code_firstlineno"]
     assert c.code_adaptive in seen["code_adaptive"]
     assert [c.ascii_data] == seen["ascii_data"] and [c.compact_data] == seen["compact_data"]
+
+
+DUMP_RUNTIME = (
+    "import ctypes, sys\n"
+    "at = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, '_PyRuntime'))\n"
+    "sys.stdout.write(ctypes.string_at(at, int(sys.argv[1])).hex())\n"
+)
+
+
+def runtime_head(python: str) -> bytes:
+    out = subprocess.run(
+        [python, "-c", DUMP_RUNTIME, str(DEBUG_OFFSETS_SIZE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return bytes.fromhex(out.stdout)
+
+
+@pytest.mark.parametrize("python", [p for p in interpreters() if p.endswith("3.13")] or ["none"])
+def test_debug_offsets_of_a_live_313(python: str) -> None:
+    if python == "none":
+        pytest.skip("no CPython 3.13 here: run scripts/other-python.sh")
+    assert layout_from_debug_offsets(runtime_head(python)) == LAYOUTS[(3, 13)]
+
+
+def test_debug_offsets_refused_unless_a_313_gil_build() -> None:
+    good = bytearray(b"xdebugpy" + bytes(DEBUG_OFFSETS_SIZE - 8))
+    struct.pack_into("<Q", good, 8, 0x030D00F0)
+    assert layout_from_debug_offsets(bytes(good)) is not None
+    free_threaded = bytearray(good)
+    struct.pack_into("<Q", free_threaded, 16, 1)
+    assert layout_from_debug_offsets(bytes(free_threaded)) is None
+    newer = bytearray(good)
+    struct.pack_into("<Q", newer, 8, 0x030E00F0)
+    assert layout_from_debug_offsets(bytes(newer)) is None
+    assert layout_from_debug_offsets(b"xdebugpz" + bytes(good[8:])) is None
+    assert layout_from_debug_offsets(bytes(good[:100])) is None

@@ -6,7 +6,10 @@ older keep ``PyFrameObject`` chains with another layout and are not walked: thei
 native stacks only. Offsets are fixed per minor version (CPython keeps struct layouts stable
 within one) and were checked on live interpreters by ``tests/unit/python_layout_probe.py``,
 which finds each field by the value it must hold; ``tests/unit/test_python_procs.py`` runs it
-for every interpreter on the machine and compares.
+for every interpreter on the machine and compares. 3.13 publishes its own offsets at the start
+of ``_PyRuntime`` (``_Py_DebugOffsets``, for debuggers): for 3.13 they are read from the
+process and used instead of the table, and a free-threaded build (other object layout) is
+refused rather than misread.
 
 A process is recognised from ``/proc/<pid>/maps``: the module named ``python3.X`` or
 ``libpython3.X.so*`` that defines ``_PyRuntime`` (a static binary, or the shared library of a
@@ -27,11 +30,13 @@ from typing import Final
 __all__ = [
     "LAYOUTS",
     "CodeLayout",
+    "Layout",
     "Mapping",
     "PyOffsets",
     "PythonProcess",
     "inspect",
     "interpreter_module",
+    "layout_from_debug_offsets",
     "parse_maps",
     "process_start_time",
     "python_pids",
@@ -113,6 +118,53 @@ LAYOUTS: Final[dict[tuple[int, int], Layout]] = {
         CodeLayout(112, 128, 136, 68, 200, 40, 56),
     ),
 }
+
+
+_DEBUG_COOKIE: Final = b"xdebugpy"
+DEBUG_OFFSETS_SIZE: Final = 352  # the part of 3.13's _Py_DebugOffsets read here
+
+
+def layout_from_debug_offsets(raw: bytes) -> Layout | None:
+    """The 3.13 layout from the first DEBUG_OFFSETS_SIZE bytes of ``_PyRuntime``, or None when
+    they are not the debug offsets of a 3.13 default (GIL) build.
+
+    3.13's _Py_DebugOffsets: cookie, version (PY_VERSION_HEX), free_threaded, then one u64 per
+    field in groups (runtime state at 24, interpreter state at 48, thread state at 152,
+    interpreter frame at 224, code object at 272), each group starting with its size."""
+    if len(raw) < DEBUG_OFFSETS_SIZE or raw[:8] != _DEBUG_COOKIE:
+        return None
+    words = struct.unpack_from(f"<{DEBUG_OFFSETS_SIZE // 8}Q", raw)
+    version, free_threaded = words[1], words[2]
+    if version >> 16 != 0x030D or free_threaded:
+        return None
+
+    def at(offset: int) -> int:
+        return int(words[offset // 8])
+
+    walker = PyOffsets(
+        runtime_interp_head=at(40),
+        interp_threads_head=at(72),
+        tstate_next=at(168),
+        tstate_native_tid=at(200),
+        tstate_frame=at(184),  # current_frame
+        cframe_current=NO_CFRAME,
+        frame_code=at(240),  # f_executable
+        frame_previous=at(232),
+        frame_instr=at(248),
+        frame_owner=at(264),
+        owner_shim=3,  # FRAME_OWNED_BY_CSTACK
+    )
+    strings = LAYOUTS[(3, 13)].code  # the str layout is not in 3.13's table
+    code = CodeLayout(
+        filename=at(280),
+        qualname=at(296),
+        linetable=at(304),
+        firstlineno=at(312),
+        code_adaptive=at(344),
+        ascii_data=strings.ascii_data,
+        compact_data=strings.compact_data,
+    )
+    return Layout(walker, code)
 
 
 @dataclass(frozen=True)
@@ -244,7 +296,18 @@ def inspect(pid: int, proc: str = "/proc") -> PythonProcess | None:
     if symbol is None:
         return None
     value, first_load = symbol
-    return PythonProcess(pid, start_time, version, path, base - first_load + value, layout)
+    runtime = base - first_load + value
+    if version >= (3, 13):
+        try:
+            with open(f"{proc}/{pid}/mem", "rb") as mem:
+                mem.seek(runtime)
+                published = layout_from_debug_offsets(mem.read(DEBUG_OFFSETS_SIZE))
+        except (OSError, ValueError, OverflowError):
+            return None
+        if published is None:
+            return None  # free-threaded, or not the layout this reader knows
+        layout = published
+    return PythonProcess(pid, start_time, version, path, runtime, layout)
 
 
 def python_pids(pids: Iterable[int], proc: str = "/proc") -> list[PythonProcess]:
