@@ -102,14 +102,20 @@ def bpf_run_stats() -> Iterator[None]:
         os.close(fd)
 
 
-def bpf_run_ns(probe: ProfileProbe) -> int:
-    """Sum of run_time_ns over the probe's loaded programs (from their fds' fdinfo)."""
-    total = 0
-    for fn in probe._bpf.funcs.values():  # bcc keeps every loaded program here
+def bpf_run(probe: ProfileProbe) -> dict[str, tuple[int, int]]:
+    """(run_time_ns, run_cnt) of each of the probe's loaded programs, from their fds' fdinfo."""
+    out = {}
+    for name, fn in probe._bpf.funcs.items():  # bcc keeps every loaded program here
         with open(f"/proc/self/fdinfo/{fn.fd}") as f:
-            m = re.search(r"^run_time_ns:\s+(\d+)", f.read(), re.MULTILINE)
-        total += int(m.group(1)) if m else 0
-    return total
+            info = f.read()
+        fields = [
+            re.search(rf"^{k}:\s+(\d+)", info, re.MULTILINE) for k in ("run_time_ns", "run_cnt")
+        ]
+        out[name.decode()] = (
+            int(fields[0].group(1)) if fields[0] else 0,
+            int(fields[1].group(1)) if fields[1] else 0,
+        )
+    return out
 
 
 def cpu_s() -> float:
@@ -132,12 +138,17 @@ def zerotrace(seconds: float, warmup: float) -> Cost:
                 feed.poll(100)
             samples = 0
             with bpf_run_stats():
-                bpf0, cpu0, t0 = bpf_run_ns(probe), cpu_s(), time.monotonic()
+                bpf0, cpu0, t0 = bpf_run(probe), cpu_s(), time.monotonic()
                 while time.monotonic() - t0 < seconds:
                     samples += sum(1 for r in feed.poll(100) if r.datum["profile_type"] == "ON_CPU")
-                cpu1, t1, bpf1 = cpu_s(), time.monotonic(), bpf_run_ns(probe)
-            bpf_s = (bpf1 - bpf0) / 1e9
+                cpu1, t1, bpf1 = cpu_s(), time.monotonic(), bpf_run(probe)
+            bpf_s = sum(bpf1[k][0] - bpf0[k][0] for k in bpf1) / 1e9
             print(f"  zerotrace: user space {cpu1 - cpu0:.3f} s CPU, BPF programs {bpf_s:.3f} s")
+            for name in sorted(bpf1):
+                ns, runs = bpf1[name][0] - bpf0[name][0], bpf1[name][1] - bpf0[name][1]
+                if runs:
+                    each = ns / runs / 1e3
+                    print(f"    {name}: {ns / 1e6:.1f} ms in {runs} runs, {each:.2f} µs each")
             return Cost(samples, t1 - t0, cpu1 - cpu0 + bpf_s)
         finally:
             feed.close()

@@ -177,21 +177,30 @@ class ProfileFeed:
 
     def frames(self, sample: ProfileSample) -> list[str]:
         """The sample's merged frames, root first."""
-        key = (sample.pid, sample.tid, sample.py_frames, sample.user_stack, sample.kernel_stack)
+        proc = self._procs.get(sample.pid)
+        user = sample.user_stack
+        # A Python thread sampled inside the interpreter keeps none of its native frames (the
+        # merge rule); knowing that from the address alone spares the symbolizer, and keeps
+        # the walk's garbage past the leaf (different every time) out of the cache key.
+        has_python = any(code for code, _ in sample.py_frames)
+        if proc is not None and has_python and user and proc.in_interpreter(user[0]):
+            user = ()
+        key = (sample.pid, sample.tid, sample.py_frames, user, sample.kernel_stack)
         cached = self._stacks.get(key)
         if cached is not None:
             self._count_python(sample)
             return cached
-        frames = self._merged(sample)
+        frames = self._merged(sample, proc, user)
         if len(self._stacks) >= self._max_stacks:
             self._stacks.clear()  # cheaper than an LRU; refilled within seconds
         self._stacks[key] = frames
         return frames
 
-    def _merged(self, sample: ProfileSample) -> list[str]:
-        proc = self._procs.get(sample.pid)
+    def _merged(
+        self, sample: ProfileSample, proc: PythonProcess | None, user: tuple[int, ...]
+    ) -> list[str]:
         python = self._python_frames(sample, proc)
-        user, kstack = sample.user_stack, sample.kernel_stack
+        kstack = sample.kernel_stack
         native = self._symbolizer.user_frames(sample.pid, user) if user else []
         kernel = self._symbolizer.kernel_frames(kstack) if kstack else []
         return merge_stack(sample.tid, python, native, kernel, proc.module_name if proc else None)

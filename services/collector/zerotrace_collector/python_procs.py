@@ -235,10 +235,16 @@ class PythonProcess:
     module: str  # path of the interpreter module (executable or libpython)
     runtime_addr: int
     layout: Layout
+    # Where the interpreter module is mapped, (start, end) pairs: a leaf address inside is the
+    # evaluation loop itself, whose native frames the merge drops (stack_merge).
+    module_ranges: tuple[tuple[int, int], ...] = ()
 
     @property
     def module_name(self) -> str:
         return os.path.basename(self.module)
+
+    def in_interpreter(self, address: int) -> bool:
+        return any(lo <= address < hi for lo, hi in self.module_ranges)
 
 
 @lru_cache(maxsize=256)
@@ -280,7 +286,8 @@ def inspect(pid: int, proc: str = "/proc") -> PythonProcess | None:
             start_time = process_start_time(f.read())
     except (OSError, ValueError, IndexError):
         return None
-    found = interpreter_module(parse_maps(maps_text))
+    maps = parse_maps(maps_text)
+    found = interpreter_module(maps)
     if found is None:
         return None
     path, version, base = found
@@ -307,7 +314,8 @@ def inspect(pid: int, proc: str = "/proc") -> PythonProcess | None:
         if published is None:
             return None  # free-threaded, or not the layout this reader knows
         layout = published
-    return PythonProcess(pid, start_time, version, path, runtime, layout)
+    ranges = tuple((m.start, m.end) for m in maps if m.path == path)
+    return PythonProcess(pid, start_time, version, path, runtime, layout, ranges)
 
 
 def python_pids(pids: Iterable[int], proc: str = "/proc") -> list[PythonProcess]:
