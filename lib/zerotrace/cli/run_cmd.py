@@ -56,6 +56,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no line per record, only the summary")
     p.add_argument("--lines", action="store_true", help="a line per record even on a terminal")
+    p.add_argument(
+        "--cpu-priority",
+        choices=("idle", "normal"),
+        default="idle",
+        help="idle (default): zerotrace's own work runs only on CPU time the observed programs "
+        "leave (SCHED_IDLE), so they are not slowed; normal: compete with them, for a machine "
+        "so busy that events get lost",
+    )
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS]: run and observe it"
@@ -64,6 +72,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from zerotrace.cpu_priority import set_cpu_priority
     from zerotrace.store_duckdb import DuckDBStore
     from zerotrace_collector.collector import (
         Collector,
@@ -149,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
         f"web page {http.url}/  API {http.url}/api/v1/llm/requests  gRPC {grpc.address};"
         " Ctrl-C stops"
     )
+    # After the child started (it must not inherit it) and every thread exists.
+    set_cpu_priority(args.cpu_priority)
     started = last_draw = time.monotonic()
     exit_code = 0
     drain_until: float | None = None
