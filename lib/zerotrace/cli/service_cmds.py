@@ -259,6 +259,9 @@ def topics(args: argparse.Namespace) -> int:
 
 
 def show_settings(args: argparse.Namespace) -> int:
-    for line in settings.describe(settings.load(settings.CommonSettings)):
-        print(line)
+    from zerotrace_profiler_agg.settings import ProfilerAggSettings
+
+    for kind in (settings.CommonSettings, ProfilerAggSettings):
+        for line in settings.describe(settings.load(kind)):
+            print(line)
     return 0
