@@ -101,6 +101,18 @@ def test_gpu_mem_inuse_takes_the_latest_snapshot_per_process() -> None:
     assert alloc.unit == "bytes"
 
 
+def test_memory_in_use_of_a_range_after_the_last_snapshot_is_that_snapshot() -> None:
+    # The process allocated, then went quiet on the GPU API: its memory is still held.
+    later = T0 + 20 * WINDOW_NS
+    quiet = FlameFilter(
+        "GPU_MEM_INUSE", node="node-a", start_ns_from=later, start_ns_to=later + WINDOW_NS
+    )
+    assert merge_windows(WINDOWS, quiet).total == sum(inuse_stacks(5).values())
+    # Counters do not look back.
+    cpu = FlameFilter("ON_CPU", node="node-a", start_ns_from=later, start_ns_to=later + WINDOW_NS)
+    assert merge_windows(WINDOWS, cpu).total == 0
+
+
 def test_tree_self_and_total() -> None:
     root = build_tree({("a", "b"): 5, ("a",): 2, ("a", "c", "d"): 3, ("e",): 1})
     doc = root.to_json()

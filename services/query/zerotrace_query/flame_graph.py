@@ -94,6 +94,20 @@ def split_folded(folded: str) -> Stack:
     return tuple(folded.split(";")) if folded else ()
 
 
+# Memory in use is a snapshot, which profiler-agg sends at the end of each window in which a
+# process called the GPU API and for a minute after: the state at a time is the newest snapshot
+# at or before it, so a range also looks this far back before its start. A process quiet on the
+# GPU API for longer than that before the range is not shown (nothing tells us it still lives).
+SNAPSHOT_LOOKBACK_NS = 3600 * 1_000_000_000
+
+
+def reads_from_ns(flt: FlameFilter) -> int:
+    """The earliest window end a query reads (0: no bound)."""
+    if not flt.start_ns_from or flt.profile_type not in SNAPSHOT_TYPES:
+        return flt.start_ns_from
+    return max(1, flt.start_ns_from - SNAPSHOT_LOOKBACK_NS)
+
+
 def _window_matches(window: Mapping[str, Any], flt: FlameFilter) -> bool:
     if window.get("profile_type") != flt.profile_type:
         return False
@@ -106,7 +120,8 @@ def _window_matches(window: Mapping[str, Any], flt: FlameFilter) -> bool:
     start, end = int(window["window_start_ns"]), int(window["window_end_ns"])
     if flt.start_ns_to and start >= flt.start_ns_to:
         return False
-    return not (flt.start_ns_from and end <= flt.start_ns_from)
+    after = reads_from_ns(flt)
+    return not (after and end <= after)
 
 
 def latest_snapshots(windows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

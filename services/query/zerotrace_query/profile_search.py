@@ -20,6 +20,7 @@ from zerotrace_query.flame_graph import (
     diff_stacks,
     diff_tree,
     merge_windows,
+    reads_from_ns,
     stack_items,
 )
 
@@ -39,8 +40,8 @@ def _store_query(flt: FlameFilter, with_type: bool = True, limit: int = WINDOW_L
     ranges: dict[str, tuple[int | float | None, int | float | None]] = {}
     if flt.start_ns_to:
         ranges["window_start_ns"] = (None, flt.start_ns_to)
-    if flt.start_ns_from:
-        ranges["window_end_ns"] = (flt.start_ns_from + 1, None)
+    if after := reads_from_ns(flt):
+        ranges["window_end_ns"] = (after + 1, None)
     return Query(equals=equals, ranges=ranges, sort="window_start_ns", descending=True, limit=limit)
 
 
