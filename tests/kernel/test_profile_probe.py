@@ -207,3 +207,66 @@ def test_forks_exits_and_stripped_binaries(feed: ProfileFeed) -> None:
     counters = feed.counters()
     assert counters["process_exited"] - exited_before >= 4, counters
     assert counters["malformed"] == 0 and counters["lost"] == 0, counters
+
+
+NATIVE_THREAD_C = textwrap.dedent(
+    """
+    #include <pthread.h>
+    #include <time.h>
+    static volatile unsigned long sink;
+    static void *zt_native_spin(void *arg) {
+        time_t end = time(0) + 2;
+        while (time(0) < end)
+            for (unsigned long i = 0; i < 100000; i++) sink += i * i;
+        return arg;
+    }
+    void zt_start_native_thread(void) {
+        pthread_t t;
+        pthread_create(&t, 0, zt_native_spin, 0);
+        pthread_detach(t);
+    }
+    """
+)
+
+
+def test_native_thread_of_a_python_process(feed: ProfileFeed) -> None:
+    """A thread that never ran Python, in a Python process, shows its native stack."""
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = Path(tmp) / "libzt-native.so"
+        subprocess.run(
+            ["gcc", "-O1", "-shared", "-fPIC", "-pthread", "-o", str(lib), "-x", "c", "-"],
+            input=NATIVE_THREAD_C,
+            text=True,
+            check=True,
+        )
+        code = (
+            "import ctypes, sys, time\n"
+            f"lib = ctypes.CDLL({str(lib)!r})\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "lib.zt_start_native_thread()\n"
+            "time.sleep(2.5)\n"
+        )
+        with subprocess.Popen(
+            ["/usr/bin/python3.11", "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as app:
+            assert app.stdin and app.stdout
+            assert app.stdout.readline() == "ready\n"  # library loaded, waiting on stdin
+            feed.probe.follow_pid(app.pid)
+            assert feed.python_process(app.pid) is not None
+            no_thread_before = feed.counters().get("py_no_thread", 0)
+            app.stdin.write("go\n")
+            app.stdin.flush()
+            records = []
+            deadline = time.monotonic() + 15
+            while app.poll() is None and time.monotonic() < deadline:
+                records += [r.datum for r in feed.poll(100) if r.pid == app.pid]
+    native = [r["frames"] for r in records if r["profile_type"] == "ON_CPU" and r["tid"] != app.pid]
+    assert len(native) >= 20, len(native)
+    spinning = [f for f in native if "native:zt_native_spin [libzt-native.so]" in f]
+    assert len(spinning) >= 0.9 * len(native), native[:3]
+    assert not any(fr.startswith("py:") for f in native for fr in f)
+    assert feed.counters()["py_no_thread"] - no_thread_before >= len(spinning)
