@@ -221,9 +221,10 @@ def browser(tmp_path: Path) -> Iterator[str]:
     """A headless Chromium; yields the websocket URL of its first page."""
     profile = tmp_path / "chromium-profile"
     profile.mkdir()
+    binary = chromium()  # before the log is opened: a missing browser leaves no open file
     log = open(tmp_path / "chromium.log", "w")  # noqa: SIM115  (closed below)
     proc = subprocess.Popen(
-        [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
