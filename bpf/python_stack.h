@@ -52,6 +52,11 @@ struct zt_py_offsets {
 	u32 frame_owner;         /* _PyInterpreterFrame.owner (a char) */
 	u32 owner_shim;          /* owner value of shim frames to skip, or ZT_PY_NO_SHIM */
 	u32 reserved;
+	/* The process's pid namespace (kernel dev_t encoding, inode), or 0s for the initial one.
+	 * CPython stores gettid() as seen inside the process's own namespace, so in a container
+	 * the thread is matched by its tid there, not by the kernel-wide one. */
+	u64 pidns_dev;
+	u64 pidns_ino;
 };
 
 /* Outcome of a walk, reported with every stack so user space can count failures. */
@@ -81,12 +86,14 @@ static __always_inline int zt_py_read_ptr(u64 *dst, u64 addr)
 	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
 }
 
-static __always_inline u64 zt_py_find_tstate(const struct zt_py_offsets *o, u32 tid, int *fail)
+/* tid: the kernel-wide thread id (the cache key); ns_tid: the same thread as CPython knows it. */
+static __always_inline u64 zt_py_find_tstate(const struct zt_py_offsets *o, u32 tid, u32 ns_tid,
+					     int *fail)
 {
 	u64 tstate = 0, native = 0;
 	u64 *cached = zt_py_tstates.lookup(&tid);
 	if (cached) {
-		if (zt_py_read_ptr(&native, *cached + o->tstate_native_tid) == 0 && native == tid)
+		if (zt_py_read_ptr(&native, *cached + o->tstate_native_tid) == 0 && native == ns_tid)
 			return *cached;
 		zt_py_tstates.delete(&tid);
 	}
@@ -104,7 +111,7 @@ static __always_inline u64 zt_py_find_tstate(const struct zt_py_offsets *o, u32 
 			*fail = 1;
 			return 0;
 		}
-		if (native == tid) {
+		if (native == ns_tid) {
 			zt_py_tstates.update(&tid, &tstate);
 			return tstate;
 		}
@@ -126,8 +133,17 @@ static __always_inline int zt_python_stack(u32 tgid, u32 tid, struct zt_py_stack
 	struct zt_py_offsets *o = zt_py_procs.lookup(&tgid);
 	if (!o)
 		return ZT_PY_NONE;
+	u32 ns_tid = tid;
+	if (o->pidns_ino) {
+		struct bpf_pidns_info ns = {};
+		if (bpf_get_ns_current_pid_tgid(o->pidns_dev, o->pidns_ino, &ns, sizeof(ns))) {
+			out->status = ZT_PY_NO_THREAD;
+			return out->status;
+		}
+		ns_tid = ns.pid;
+	}
 	int fail = 0;
-	u64 tstate = zt_py_find_tstate(o, tid, &fail);
+	u64 tstate = zt_py_find_tstate(o, tid, ns_tid, &fail);
 	if (!tstate) {
 		out->status = fail ? ZT_PY_READ_FAIL : ZT_PY_NO_THREAD;
 		return out->status;

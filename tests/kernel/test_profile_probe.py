@@ -73,9 +73,18 @@ def body_lines(fn: Any) -> range:
     return range(first, first + len(lines))
 
 
-def run_profiled(feed: ProfileFeed, python: str) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def only_child(pid: int) -> int:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        (child,) = f.read().split()
+    return int(child)
+
+
+def run_profiled(
+    feed: ProfileFeed, python: str, prefix: tuple[str, ...] = ()
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Run the app (under *prefix*, e.g. unshare, whose child it then is) and profile it."""
     with subprocess.Popen(
-        [python, str(APP), "--seconds", str(APP_SECONDS)],
+        [*prefix, python, str(APP), "--seconds", str(APP_SECONDS)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -83,16 +92,17 @@ def run_profiled(feed: ProfileFeed, python: str) -> tuple[list[dict[str, Any]], 
         assert app.stdin and app.stdout
         try:
             json.loads(app.stdout.readline())  # ready: interpreter up, modules imported
-            feed.probe.follow_pid(app.pid)
-            assert feed.python_process(app.pid) is not None, "not recognised as CPython"
+            pid = only_child(app.pid) if prefix else app.pid
+            feed.probe.follow_pid(pid)
+            assert feed.python_process(pid) is not None, "not recognised as CPython"
             app.stdin.write("go\n")
             app.stdin.flush()
             records = []
             deadline = time.monotonic() + APP_SECONDS + 10
             while app.poll() is None and time.monotonic() < deadline:
-                records += [r.datum for r in feed.poll(100) if r.pid == app.pid]
+                records += [r.datum for r in feed.poll(100) if r.pid == pid]
             result = json.loads(app.stdout.readline())
-            records += [r.datum for r in feed.poll(200) if r.pid == app.pid]
+            records += [r.datum for r in feed.poll(200) if r.pid == pid]
         finally:
             app.kill()
     return records, result
@@ -102,12 +112,18 @@ def index_of(frames: list[str], prefix: str) -> int:
     return next((i for i, f in enumerate(frames) if f.startswith(prefix)), -1)
 
 
-@pytest.mark.parametrize("version", sorted(INTERPRETERS))
+@pytest.mark.parametrize("version", [*sorted(INTERPRETERS), "3.11-pidns"])
 def test_python_chains_on_and_off_cpu(feed: ProfileFeed, version: str) -> None:
+    """3.11-pidns: the program in its own pid namespace (as in a container), where CPython
+    knows its threads by other ids than the kernel-wide ones."""
+    prefix: tuple[str, ...] = ()
+    if version.endswith("-pidns"):
+        version = version.removesuffix("-pidns")
+        prefix = ("unshare", "--pid", "--fork", "--mount-proc")
     python = INTERPRETERS[version]
     if python is None or not os.access(python, os.X_OK):
         pytest.skip(f"no {version} interpreter here: run scripts/other-python.sh")
-    records, result = run_profiled(feed, python)
+    records, result = run_profiled(feed, python, prefix)
     on = [r for r in records if r["profile_type"] == "ON_CPU"]
     off = [r for r in records if r["profile_type"] == "OFF_CPU"]
 

@@ -22,6 +22,7 @@ from zerotrace_collector.python_procs import (
     interpreter_module,
     layout_from_debug_offsets,
     parse_maps,
+    pid_namespace,
     process_start_time,
 )
 
@@ -76,11 +77,18 @@ def test_start_time_survives_odd_comm() -> None:
 
 def test_pack_matches_the_c_struct() -> None:
     walker = LAYOUTS[(3, 13)].walker
-    packed = walker.pack(0x1122334455667788)
-    assert len(packed) == 8 + 12 * 4  # struct zt_py_offsets: no padding
-    fields = struct.unpack("<Q12I", packed)
+    packed = walker.pack(0x1122334455667788, (0x400004, 4026532000))
+    assert len(packed) == 8 + 12 * 4 + 16  # struct zt_py_offsets: no padding
+    fields = struct.unpack("<Q12I2Q", packed)
     assert fields[0] == 0x1122334455667788
     assert fields[5] == walker.tstate_frame and fields[6] == NO_CFRAME
+    assert fields[-2:] == (0x400004, 4026532000)
+
+
+def test_pid_namespace_in_kernel_encoding() -> None:
+    assert pid_namespace(os.makedev(0, 4), 0xEFFFFFFC) == (0, 0)  # the initial one
+    assert pid_namespace(os.makedev(0, 4), 4026532999) == (4, 4026532999)
+    assert pid_namespace(os.makedev(259, 3), 5) == ((259 << 20) | 3, 5)
 
 
 def test_inspect_this_interpreter() -> None:

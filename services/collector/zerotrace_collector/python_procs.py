@@ -38,6 +38,7 @@ __all__ = [
     "interpreter_module",
     "layout_from_debug_offsets",
     "parse_maps",
+    "pid_namespace",
     "process_start_time",
     "python_pids",
 ]
@@ -62,9 +63,11 @@ class PyOffsets:
     frame_owner: int
     owner_shim: int
 
-    def pack(self, runtime_addr: int) -> bytes:
+    def pack(self, runtime_addr: int, pidns: tuple[int, int] = (0, 0)) -> bytes:
+        """*pidns*: (kernel dev_t, inode) of the process's pid namespace, (0, 0) for the
+        initial one."""
         return struct.pack(
-            "<Q12I",
+            "<Q12I2Q",
             runtime_addr,
             self.runtime_interp_head,
             self.interp_threads_head,
@@ -78,6 +81,7 @@ class PyOffsets:
             self.frame_owner,
             self.owner_shim,
             0,
+            *pidns,
         )
 
 
@@ -238,6 +242,7 @@ class PythonProcess:
     # Where the interpreter module is mapped, (start, end) pairs: a leaf address inside is the
     # evaluation loop itself, whose native frames the merge drops (stack_merge).
     module_ranges: tuple[tuple[int, int], ...] = ()
+    pidns: tuple[int, int] = (0, 0)  # see pid_namespace()
 
     @property
     def module_name(self) -> str:
@@ -245,6 +250,19 @@ class PythonProcess:
 
     def in_interpreter(self, address: int) -> bool:
         return any(lo <= address < hi for lo, hi in self.module_ranges)
+
+
+# PROC_PID_INIT_INO: the inode of the initial pid namespace, the same on every kernel.
+_INIT_PIDNS_INO: Final = 0xEFFFFFFC
+
+
+def pid_namespace(st_dev: int, st_ino: int) -> tuple[int, int]:
+    """(dev, inode) of a pid namespace as bpf_get_ns_current_pid_tgid wants them, from a stat
+    of /proc/<pid>/ns/pid; (0, 0) for the initial namespace, where no translation is needed.
+    The kernel compares dev in its own encoding (major << 20 | minor), not glibc's."""
+    if st_ino == _INIT_PIDNS_INO:
+        return (0, 0)
+    return ((os.major(st_dev) << 20) | os.minor(st_dev), st_ino)
 
 
 @lru_cache(maxsize=256)
@@ -315,7 +333,12 @@ def inspect(pid: int, proc: str = "/proc") -> PythonProcess | None:
             return None  # free-threaded, or not the layout this reader knows
         layout = published
     ranges = tuple((m.start, m.end) for m in maps if m.path == path)
-    return PythonProcess(pid, start_time, version, path, runtime, layout, ranges)
+    try:
+        ns = os.stat(f"{proc}/{pid}/ns/pid")
+    except OSError:
+        return None
+    pidns = pid_namespace(ns.st_dev, ns.st_ino)
+    return PythonProcess(pid, start_time, version, path, runtime, layout, ranges, pidns)
 
 
 def python_pids(pids: Iterable[int], proc: str = "/proc") -> list[PythonProcess]:

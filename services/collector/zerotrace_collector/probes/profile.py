@@ -187,7 +187,7 @@ class ProfileProbe:
         """Let the BPF walker read Python frames of *proc* (replaces an older entry)."""
         table = self._table("zt_py_procs")
         leaf = table.Leaf()
-        packed = proc.layout.walker.pack(proc.runtime_addr)
+        packed = proc.layout.walker.pack(proc.runtime_addr, proc.pidns)
         ctypes.memmove(ctypes.addressof(leaf), packed, len(packed))
         table[table.Key(proc.pid)] = leaf
 
