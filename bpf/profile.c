@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * zerotrace: CPU profiler. On-CPU samples from a software CPU-clock perf event (attached by
- * services/collector/zerotrace_collector/probes/profile.py at ZT rate, 97 Hz by default) and
+ * services/collector/zerotrace_collector/probes/profile.py, 97 Hz by default) and
  * off-CPU time from sched:sched_switch. Each event carries the kernel stack, the native user
  * stack and, for CPython processes, the Python frames (bpf/python_stack.h).
  *

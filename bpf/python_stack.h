@@ -6,13 +6,14 @@
  * #include'd: the loader compiles this text followed by the program's own file, because bcc
  * rewrites map accesses (zt_py_procs.lookup()) only in its main text, never in an included
  * file (an included map call compiles to an indirect call the verifier rejects). Needs only
- * what bcc puts before every program (u32/u64, BPF_HASH, bpf_probe_read_user).
+ * what bcc puts before every program (u32/u64, BPF_HASH, the helpers, struct bpf_pidns_info).
  *
  * What it needs per process (filled by services/collector/zerotrace_collector/python_procs.py):
  * the address of _PyRuntime and the struct offsets of that CPython version (3.11 to 3.13).
  *
  * How: _PyRuntime.interpreters.head -> PyInterpreterState.threads.head -> PyThreadState list,
- * matched on native_thread_id (the kernel tid). The match does not depend on the GIL: a thread
+ * matched on native_thread_id (the tid as the process sees it: in a container, the one in its
+ * own pid namespace, see pidns_* below). The match does not depend on the GIL: a thread
  * in time.sleep() released it but its thread state and its frame chain stay as they were, so
  * this works at a perf sample, at sched_switch and in a uprobe alike. From the thread state:
  * the innermost _PyInterpreterFrame (3.11/3.12: tstate->cframe->current_frame; 3.13:
