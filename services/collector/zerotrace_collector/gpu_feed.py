@@ -1,0 +1,164 @@
+"""The GPU feed: CUDA allocation, free and launch calls as ``raw.gpu`` records.
+
+Each :class:`GpuCallSample` of the probe becomes one ``zerotrace.raw.GpuApiEvent`` with
+its calling stack, root first, ending in ``cuda:<api>``::
+
+    thread:<tid>, py:<caller chain> ..., native:<frames below Python> ..., cuda:cudaMalloc
+
+The record builder (:func:`gpu_api_record`) and the frame assembly
+(:func:`calling_frames`) are pure; :class:`GpuFeed` only reads stacks from the probe and
+names them through the injected symbolizer.
+
+Approximation: on-GPU kernel time is not measured (no CUPTI here); a launch record carries
+the host-side call's start and end, and profiles count launches per calling stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from zerotrace import names
+from zerotrace_collector.cgroup import container_id_of
+from zerotrace_collector.feeds import RawRecord
+from zerotrace_collector.probes.gpu import GpuProbe
+from zerotrace_collector.probes.gpu_decode import GpuCallSample
+from zerotrace_collector.stack_merge import merge_stack
+
+__all__ = ["GpuFeed", "UserSymbolizer", "calling_frames", "gpu_api_record"]
+
+_UNKNOWN = "native:[unknown]"
+
+
+class UserSymbolizer(Protocol):
+    """What the feed needs of :class:`zerotrace_collector.symbols.Symbolizer`."""
+
+    def user_frames(self, pid: int, addresses: Sequence[int]) -> list[str]: ...
+
+
+def calling_frames(
+    tid: int,
+    api: str,
+    native_leaf_first: Sequence[str],
+    python_root_first: Sequence[str] = (),
+    interpreter_module: str | None = None,
+) -> list[str]:
+    """The call's stack, root first, ending in ``cuda:<api>``.
+
+    *native_leaf_first* are the symbolized user stack addresses as the probe took them at
+    the API's entry: the first is the API function itself (replaced by ``cuda:<api>``).
+    The frame-pointer walk goes astray in code built without frame pointers (libffi,
+    CPython): from the first address outside every mapping (``native:[unknown]``) on,
+    frames are dropped as garbage. Python frames and native ones merge as in
+    :func:`~zerotrace_collector.stack_merge.merge_stack`.
+    """
+    native = list(native_leaf_first[1:])
+    for i, frame in enumerate(native):
+        if frame.startswith(_UNKNOWN):
+            native = native[:i]
+            break
+    stack = merge_stack(tid, python_root_first, native, (), interpreter_module)
+    return [*stack, f"cuda:{api}".replace(";", ":")]
+
+
+def gpu_api_record(
+    call: GpuCallSample,
+    frames: Sequence[str],
+    node_id: str,
+    mono_to_epoch_ns: int,
+    container_id: str | None,
+) -> dict[str, Any]:
+    """The ``zerotrace.raw.GpuApiEvent`` datum of one call (pure).
+
+    *mono_to_epoch_ns* turns the probe's CLOCK_MONOTONIC times into epoch ns; it is
+    measured once by the collector so records of a replay stay identical."""
+    start_ns = call.start_mono_ns + mono_to_epoch_ns
+    return {
+        # pid, tid, entry time and API identify one call on one node.
+        "event_id": f"{node_id}/{call.pid}/{call.tid}/{start_ns}/{call.api.symbol}",
+        "node_id": node_id,
+        "pid": call.pid,
+        "tid": call.tid,
+        "process_name": call.comm,
+        "container_id": container_id,
+        "api": call.api.symbol,
+        "start_ns": start_ns,
+        "end_ns": call.end_mono_ns + mono_to_epoch_ns,
+        "address": _signed64(call.address),
+        "size": _signed64(call.size),
+        "result": _signed32(call.result),
+        "stack_id": None,
+        "frames": list(frames),
+    }
+
+
+def _signed64(value: int) -> int:
+    """Avro longs are signed; an address above 2**63 keeps its bits."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _signed32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+class GpuFeed:
+    """GPU API calls for ``raw.gpu``, keyed by pid (a process's allocations and frees meet
+    on one partition, in order).
+
+    *symbolizer* names native addresses (a :class:`~zerotrace_collector.symbols.Symbolizer`);
+    *container_of* maps a pid to its container id (injected so tests need no cgroups)."""
+
+    name = "gpu"
+
+    def __init__(
+        self,
+        probe: GpuProbe,
+        node_id: str,
+        mono_to_epoch_ns: int,
+        symbolizer: UserSymbolizer,
+        *,
+        container_of: Callable[[int], str | None] = container_id_of,
+    ) -> None:
+        self.probe = probe
+        self.follows = probe.follow
+        self._node_id = node_id
+        self._offset_ns = mono_to_epoch_ns
+        self._symbolizer = symbolizer
+        self._container_of = container_of
+        self._containers: dict[int, str | None] = {}
+
+    def attach(self) -> None:
+        self.probe.attach()
+
+    def _container(self, pid: int) -> str | None:
+        if pid not in self._containers:
+            if len(self._containers) > 65_536:
+                self._containers.clear()  # bound the cache; ids are cheap to read again
+            self._containers[pid] = self._container_of(pid)
+        return self._containers[pid]
+
+    def frames_of(self, call: GpuCallSample) -> list[str]:
+        native = self._symbolizer.user_frames(call.pid, self.probe.user_stack(call))
+        return calling_frames(call.tid, call.api.symbol, native)
+
+    def poll(self, timeout_ms: int) -> list[RawRecord]:
+        out = []
+        for call in self.probe.poll(timeout_ms):
+            datum = gpu_api_record(
+                call,
+                self.frames_of(call),
+                self._node_id,
+                self._offset_ns,
+                self._container(call.pid),
+            )
+            out.append(
+                RawRecord(names.RAW_GPU.name, str(call.pid).encode(), names.RAW_GPU.record, datum)
+            )
+        return out
+
+    def counters(self) -> dict[str, int]:
+        return self.probe.counters()
+
+    def close(self) -> None:
+        self.probe.close()

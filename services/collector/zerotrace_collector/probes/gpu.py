@@ -1,0 +1,326 @@
+"""bcc shell around ``bpf/gpu_calls.c``: CUDA allocation, free and launch calls with stacks.
+
+Decoding lives in :mod:`.gpu_decode`, finding libraries in :mod:`..cuda_libraries`. This
+module compiles, attaches uprobes to CUDA library files, polls, resumes processes stopped
+at a library open, reads user stacks, and tears down. bcc is imported in :meth:`attach`.
+
+Which files are probed: at :meth:`GpuProbe.attach`, every ``libcudart*`` / ``libcuda.*``
+mapped by a wanted process (from /proc), plus *libraries* given explicitly; afterwards,
+every such file a wanted process opens (the kernel stops it until the uprobes are in: see
+the header of ``bpf/gpu_calls.c``). Uprobes are inode-wide: a file attached once is probed
+in every process, so each file is attached once, keyed by (device, inode).
+
+On-GPU kernel time is not measured (that needs CUPTI and a GPU); a launch is an event with
+its calling stack and its host-side call duration, and profiles count launches per stack.
+
+Bad input never raises out of :meth:`poll`; it is counted (:meth:`counters`) and, for
+library trouble, described in one line in :attr:`GpuProbe.notes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
+
+from ..cuda_libraries import cuda_libraries_in_maps, exported_functions, probed_symbols
+from .bcc_loader import ProbeUnavailable, bcc_for, compile_program, first_line
+from .gpu_decode import GpuCallSample, GpuLibSample, MalformedEvent, decode_gpu_event
+
+__all__ = ["GpuProbe", "ProbeUnavailable"]
+
+PROGRAM_FILE: Final = "gpu_calls.c"
+EVENTS_MAP: Final = b"zt_gpu_events"
+# Indexes into zt_gpu_stats; mirror the ZT_STAT_* defines in bpf/gpu_calls.c.
+_STATS: Final = ("lost", "inflight_full", "nested", "stops")
+_TRACEPOINTS: Final = [
+    ("syscalls", f"sys_{edge}_{call}")
+    for call in ("openat", "openat2")
+    for edge in ("enter", "exit")
+]
+
+
+class GpuProbe:
+    """Trace CUDA runtime/driver allocation, free and launch calls.
+
+    Usage::
+
+        with GpuProbe(Path("bpf")) as probe:
+            for call in probe.poll(100):
+                addresses = probe.user_stack(call)   # leaf first
+
+    *pid_filter* (a tgid) or *follow* (processes given to :meth:`follow_pid` and their
+    children) restrict what is traced; the collector's own pid (*self_pid*) never is.
+    *stop_on_open* False turns the late-load stop off: calls made right after a dlopen are
+    then missed until the library is attached from a later poll.
+    """
+
+    def __init__(
+        self,
+        bpf_dir: Path,
+        pid_filter: int = 0,
+        *,
+        self_pid: int | None = None,
+        follow: bool = False,
+        stop_on_open: bool = True,
+        libraries: Iterable[Path] = (),
+        scan_proc: bool = True,
+        ringbuf_pages: int = 256,
+        stack_entries: int = 16384,
+    ) -> None:
+        if pid_filter < 0:
+            raise ValueError("pid_filter must be >= 0")
+        if ringbuf_pages <= 0 or ringbuf_pages & (ringbuf_pages - 1):
+            raise ValueError(f"ringbuf_pages must be a power of two, got {ringbuf_pages}")
+        self.bpf_dir = Path(bpf_dir).resolve()
+        self.pid_filter = pid_filter
+        self.self_pid = os.getpid() if self_pid is None else self_pid
+        self.follow = follow
+        self.stop_on_open = stop_on_open
+        self.libraries = [Path(p) for p in libraries]
+        self.scan_proc = scan_proc
+        self.ringbuf_pages = ringbuf_pages
+        self.stack_entries = stack_entries
+        self.notes: list[str] = []
+        """One line per library that could not be probed, and why."""
+        self.attached_files: dict[tuple[int, int], str] = {}
+        """(st_dev, st_ino) -> the path the uprobes were attached through."""
+        self._counts: Counter[str] = Counter()
+        self._bpf: Any = None
+        self._calls: list[GpuCallSample] = []
+        self._libs: list[GpuLibSample] = []
+
+    # -- program -------------------------------------------------------------
+
+    @property
+    def source_path(self) -> Path:
+        return self.bpf_dir / PROGRAM_FILE
+
+    def cflags(self) -> list[str]:
+        return [
+            f"-I{self.bpf_dir}",
+            f"-DZT_FILTER_PID={self.pid_filter}",
+            f"-DZT_FOLLOW={int(self.follow)}",
+            f"-DZT_SELF_PID={self.self_pid}",
+            f"-DZT_STOP_ON_OPEN={int(self.stop_on_open)}",
+            f"-DZT_RINGBUF_PAGES={self.ringbuf_pages}",
+            f"-DZT_STACKS={self.stack_entries}",
+        ]
+
+    def _source(self) -> str:
+        try:
+            return self.source_path.read_text()
+        except OSError as exc:
+            raise ProbeUnavailable(f"cannot read BPF program {self.source_path}: {exc}") from exc
+
+    def program_text(self) -> str:
+        """The exact C text handed to bcc, preceded by a comment with its cflags."""
+        return f"/* bcc cflags: {' '.join(self.cflags())} */\n{self._source()}"
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def attach(self) -> None:
+        """Compile, attach the open tracepoints, and probe the CUDA libraries there are now.
+
+        Raises :class:`ProbeUnavailable` when the program cannot run; a library that
+        cannot be probed is only counted and noted."""
+        if self._bpf is not None:
+            return
+        bpf_class = bcc_for("gpu probe", _TRACEPOINTS)
+        bpf = compile_program(bpf_class, self._source(), self.cflags(), self.source_path)
+        try:
+            bpf[EVENTS_MAP].open_ring_buffer(self._on_ring_event)
+        except Exception as exc:
+            bpf.cleanup()
+            raise ProbeUnavailable(f"opening {EVENTS_MAP.decode()} failed: {exc}") from exc
+        self._bpf = bpf
+        for path in self.libraries:
+            self.attach_library(str(path))
+        if self.scan_proc:
+            pids = [self.pid_filter] if self.pid_filter else _all_pids()
+            for pid in pids:
+                if pid != self.self_pid and not self.follow:
+                    self.attach_mapped(pid)
+
+    def attach_mapped(self, pid: int) -> int:
+        """Probe the CUDA libraries *pid* has mapped now; returns how many files are new."""
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            return 0  # gone, or a kernel thread: nothing mapped
+        new = 0
+        for lib in cuda_libraries_in_maps(maps):
+            if lib.deleted:
+                self._note(
+                    "deleted", f"{lib.path} (pid {pid}) was deleted after mapping: not probed"
+                )
+                continue
+            # Through the process's root, so a library in a container's file system is found.
+            new += self.attach_library(f"/proc/{pid}/root{lib.path}", lib.path)
+        return new
+
+    def attach_library(self, path: str, shown: str | None = None) -> bool:
+        """Attach the probed symbols *path* exports; False when it could not (noted).
+        *shown* is the name used in notes (the path as the process sees it)."""
+        assert self._bpf is not None, "attach() first"
+        shown = shown or path
+        try:
+            st = os.stat(path)
+            key = (st.st_dev, st.st_ino)
+            if key in self.attached_files:
+                return False
+            symbols = probed_symbols(exported_functions(path))
+        except (OSError, ValueError) as exc:
+            self._note("unreadable", f"{shown}: cannot read ({first_line(exc, 120)}): not probed")
+            return False
+        if not symbols:
+            self._note("no_symbols", f"{shown} exports none of the probed CUDA APIs: not probed")
+            self.attached_files[key] = path  # do not look at it again
+            return False
+        lib = path.encode()
+        try:
+            for sym in symbols:
+                name = sym.encode()
+                self._bpf.attach_uprobe(name=lib, sym=name, fn_name=b"zt_gpu_enter_" + name, pid=-1)
+                self._bpf.attach_uretprobe(
+                    name=lib, sym=name, fn_name=b"zt_gpu_return_" + name, pid=-1
+                )
+        except Exception as exc:
+            for sym in symbols:
+                for detach in (self._bpf.detach_uprobe, self._bpf.detach_uretprobe):
+                    with contextlib.suppress(Exception):
+                        detach(name=lib, sym=sym.encode(), pid=-1)
+            self._note("attach_failed", f"uprobe on {shown} failed ({first_line(exc, 120)})")
+            return False
+        self.attached_files[key] = path
+        self._counts["libraries"] += 1
+        return True
+
+    def _note(self, counter: str, line: str) -> None:
+        self._counts[counter] += 1
+        if len(self.notes) < 100:
+            self.notes.append(line)
+
+    def follow_pid(self, pid: int) -> None:
+        """Trace *pid* and what it forks from now on (needs follow=True), and probe the
+        CUDA libraries it has mapped already."""
+        if self._bpf is None or not self.follow:
+            raise RuntimeError("follow_pid() needs follow=True and attach() first")
+        table = self._bpf[b"zt_gpu_follow"]
+        table[table.Key(pid)] = table.Leaf(1)
+        if self.scan_proc:
+            self.attach_mapped(pid)
+
+    def close(self) -> None:
+        """Resume any process still stopped for us, detach, free. Safe to call twice."""
+        if self._bpf is None:
+            return
+        with contextlib.suppress(Exception):
+            self._bpf.ring_buffer_consume()
+        for lib in self._libs:
+            if lib.stopped:
+                self._resume(lib.pid)
+        self._libs.clear()
+        self._final_stats = self._stats()
+        bpf, self._bpf = self._bpf, None
+        bpf.cleanup()
+
+    def __enter__(self) -> Self:
+        self.attach()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- events --------------------------------------------------------------
+
+    def _on_ring_event(self, _ctx: Any, data: int, size: int) -> int:
+        try:
+            sample = decode_gpu_event(ctypes.string_at(data, size))
+        except MalformedEvent:
+            self._counts["malformed"] += 1
+            return 0
+        if isinstance(sample, GpuLibSample):
+            self._libs.append(sample)
+        else:
+            self._calls.append(sample)
+        return 0
+
+    def poll(self, timeout_ms: int) -> list[GpuCallSample]:
+        """Wait up to *timeout_ms* (-1 = forever) for events; probe newly opened CUDA
+        libraries (resuming their processes) and return the calls."""
+        if self._bpf is None:
+            raise RuntimeError("poll() before attach()")
+        self._bpf.ring_buffer_poll(timeout_ms)
+        libs, self._libs = self._libs, []
+        for lib in libs:
+            self._on_library_open(lib)
+        calls, self._calls = self._calls, []
+        return calls
+
+    def _on_library_open(self, lib: GpuLibSample) -> None:
+        try:
+            fd_path = f"/proc/{lib.pid}/fd/{lib.fd}"
+            # The fd names the file the process opened, whatever path or namespace it used.
+            self.attach_library(fd_path, os.readlink(fd_path))
+        except OSError:
+            self._counts["vanished"] += 1  # exited (or closed the fd) before we looked
+        finally:
+            table = self._bpf[b"zt_gpu_known"]
+            key = table.Key()
+            raw = lib.path.encode()[:255]
+            ctypes.memmove(ctypes.addressof(key), raw, len(raw))
+            table[key] = ctypes.c_uint8(1)
+            if lib.stopped:
+                self._resume(lib.pid)
+
+    def _resume(self, pid: int) -> None:
+        try:
+            os.kill(pid, signal.SIGCONT)
+            self._counts["resumed"] += 1
+        except ProcessLookupError:
+            self._counts["vanished"] += 1
+
+    def user_stack(self, call: GpuCallSample) -> list[int]:
+        """The calling user stack's addresses, leaf first (the API's own entry first);
+        empty when none was taken (counted as stack_missing)."""
+        if call.stack_id < 0 or self._bpf is None:
+            self._counts["stack_missing"] += 1
+            return []
+        try:
+            return [int(a) for a in self._bpf[b"zt_gpu_stacks"].walk(call.stack_id)]
+        except KeyError:
+            self._counts["stack_missing"] += 1
+            return []
+
+    def _stats(self) -> dict[str, int]:
+        if self._bpf is None:
+            return dict(getattr(self, "_final_stats", {}))
+        table = self._bpf[b"zt_gpu_stats"]
+        return {name: int(table[table.Key(i)].value) for i, name in enumerate(_STATS)}
+
+    def counters(self) -> dict[str, int]:
+        """lost, inflight_full, nested, stops (kernel side); malformed, libraries,
+        resumed, vanished, stack_missing, no_symbols, unreadable, deleted, attach_failed."""
+        out = dict.fromkeys(
+            ("malformed", "libraries", "resumed", "vanished", "stack_missing", "no_symbols",
+             "unreadable", "deleted", "attach_failed"), 0
+        )  # fmt: skip
+        out.update(self._counts)
+        out.update(self._stats())
+        return out
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]

@@ -1,0 +1,190 @@
+"""Kernel test: the GPU probe sees exactly the CUDA calls a Python program makes through a
+fake CUDA runtime and driver, including when the libraries are loaded after the probe.
+
+The program (tests/harness/gpu_app.py) starts with no CUDA library mapped, waits for a go
+file, then dlopens ``libcudart.so.12`` and ``libcuda.so.1`` (built here from
+tests/harness/fake_cuda/fake_cudart.c) and makes 28 calls from known Python functions: the
+feed's raw.gpu records must be those calls, one for one, with the same addresses, sizes
+and results, frees matching allocations by address, and frames ending in ``cuda:<api>``.
+
+Needs root, bcc, kernel headers (scripts/setup-ebpf.sh), syscall tracepoints and gcc.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ebpf_required import require_ebpf
+
+require_ebpf("syscalls/sys_enter_openat")
+
+from tests.harness.fake_cuda.build import FakeCuda, build_fake_cuda  # noqa: E402
+from zerotrace import names  # noqa: E402
+from zerotrace.codec import AvroCodec  # noqa: E402
+from zerotrace_collector.feeds import RawRecord  # noqa: E402
+from zerotrace_collector.gpu_feed import GpuFeed  # noqa: E402
+from zerotrace_collector.probes.gpu import GpuProbe  # noqa: E402
+from zerotrace_collector.symbols import Symbolizer  # noqa: E402
+
+pytestmark = pytest.mark.kernel
+
+REPO = Path(__file__).resolve().parents[2]
+APP = REPO / "tests" / "harness" / "gpu_app.py"
+MIB = 1 << 20
+# What gpu_app.py does, per API (see its docstring).
+EXPECTED_CALLS = {
+    "cudaMalloc": 8,
+    "cudaFree": 2,
+    "cudaLaunchKernel": 7,
+    "cuMemAlloc_v2": 2,
+    "cuMemFree_v2": 1,
+    "cudaMallocAsync": 1,
+    "cudaFreeAsync": 1,
+    "cudaMallocManaged": 1,
+    "cuMemAllocAsync": 1,
+    "cuMemFreeAsync": 1,
+    "cuLaunchKernel": 3,
+}
+ALLOCS = ("cudaMalloc", "cudaMallocAsync", "cudaMallocManaged", "cuMemAlloc_v2", "cuMemAllocAsync")
+
+
+@dataclass
+class Run:
+    records: list[RawRecord]
+    truth: list[dict[str, Any]]
+    pid: int
+    counters: dict[str, int]
+
+
+@pytest.fixture(scope="module")
+def fake_cuda(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
+    # Built before any probe is attached: the linker writing libcudart.so.12 would
+    # otherwise be an opener of a CUDA-named file.
+    return build_fake_cuda(tmp_path_factory.mktemp("fake_cuda"))
+
+
+def run_app(feed: GpuFeed, lib_dir: Path, work: Path, calls: int) -> Run:
+    go, truth_file, exit_file = work / "go", work / "truth.json", work / "exit"
+    app = subprocess.Popen(
+        [sys.executable, str(APP), str(lib_dir), str(go), str(truth_file), str(exit_file)]
+    )
+    try:
+        # The app has not mapped any CUDA library yet: the probe cannot have attached to it.
+        assert "libcud" not in Path(f"/proc/{app.pid}/maps").read_text()
+        go.touch()
+        records: list[RawRecord] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (truth_file.exists() and len(records) >= calls):
+            records += [r for r in feed.poll(50) if r.pid == app.pid]
+        records += [r for r in feed.poll(50) if r.pid == app.pid]  # nothing more may come
+        truth = json.loads(truth_file.read_text())
+        return Run(records, truth, app.pid, feed.counters())
+    finally:
+        exit_file.touch()
+        app.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def late_run(fake_cuda: FakeCuda, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    probe = GpuProbe(REPO / "bpf")
+    feed = GpuFeed(probe, "node-test", 0, Symbolizer())
+    feed.attach()
+    try:
+        yield run_app(feed, fake_cuda.runtime.parent, tmp_path_factory.mktemp("app"), 28)
+    finally:
+        feed.close()
+
+
+def test_every_call_is_recorded_once_in_order(late_run: Run) -> None:
+    got = [
+        (r.datum["api"], r.datum["address"], r.datum["size"], r.datum["result"])
+        for r in late_run.records
+    ]
+    want = [(t["api"], t["address"], t["size"], t["result"]) for t in late_run.truth]
+    assert len(want) == sum(EXPECTED_CALLS.values()) == 28
+    assert got == want
+    assert Counter(r.datum["api"] for r in late_run.records) == EXPECTED_CALLS
+
+
+def test_known_sizes_per_calling_function(late_run: Run) -> None:
+    by_func: Counter[tuple[str, int]] = Counter()
+    for rec, truth in zip(late_run.records, late_run.truth, strict=True):
+        if rec.datum["api"] in ALLOCS:
+            by_func[(truth["func"], rec.datum["size"])] += 1
+    assert by_func[("alloc_weights", 7 * MIB)] == 3
+    assert by_func[("alloc_cache", 1 * MIB)] == 5
+    assert by_func[("driver_buffers", 3 * MIB)] == 2
+
+
+def test_frees_match_allocations_by_address(late_run: Run) -> None:
+    allocated = {
+        r.datum["address"]: r.datum["size"] for r in late_run.records if r.datum["api"] in ALLOCS
+    }
+    freed = [r.datum["address"] for r in late_run.records if "Free" in r.datum["api"]]
+    assert len(freed) == 5 and all(a in allocated for a in freed)
+    in_use = sum(allocated.values()) - sum(allocated[a] for a in freed)
+    # weights 21 MiB + cache 3 of 5 MiB + driver 3 of 6 MiB + managed 4 MiB
+    assert in_use == (21 + 3 + 3 + 4) * MIB
+
+
+def test_records_are_valid_raw_gpu_events(late_run: Run, codec: AvroCodec) -> None:
+    for rec in late_run.records:
+        assert rec.topic == names.RAW_GPU.name and rec.key == str(late_run.pid).encode()
+        assert codec.decode(codec.encode(rec.record, rec.datum))[1] == rec.datum
+        d = rec.datum
+        assert d["tid"] == late_run.pid and d["start_ns"] <= d["end_ns"]
+        assert d["frames"][0] == f"thread:{d['tid']}"
+        assert d["frames"][-1] == f"cuda:{d['api']}"
+    assert len({r.datum["event_id"] for r in late_run.records}) == len(late_run.records)
+
+
+def test_late_loaded_libraries_were_stopped_once_and_resumed(late_run: Run) -> None:
+    c = late_run.counters
+    assert c["stops"] == 2 and c["resumed"] == 2 and c["libraries"] == 2
+    assert c["lost"] == 0 and c["malformed"] == 0 and c["nested"] == 0
+
+
+def test_a_library_probed_before_start_is_seen_by_a_new_process(
+    fake_cuda: FakeCuda, tmp_path: Path
+) -> None:
+    """Libraries given at attach are probed inode-wide: no stop is needed for them."""
+    probe = GpuProbe(REPO / "bpf", libraries=[fake_cuda.runtime, fake_cuda.driver])
+    feed = GpuFeed(probe, "node-test", 0, Symbolizer())
+    feed.attach()
+    try:
+        run = run_app(feed, fake_cuda.runtime.parent, tmp_path, 28)
+    finally:
+        feed.close()
+    assert len(run.records) == 28
+    assert run.counters["libraries"] == 2
+    # The paths were opened before being marked known: one stop each, still resumed.
+    assert run.counters["stops"] == run.counters["resumed"]
+
+
+def test_a_library_without_the_symbols_is_counted_not_fatal(tmp_path: Path) -> None:
+    fake = tmp_path / "libcudart.so.99"
+    fake.write_bytes(Path("/proc/self/exe").read_bytes()[:4096])  # not a complete ELF
+    empty = tmp_path / "libcuda.so.7"
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "empty.so"), "-x", "c", "-"],
+        input=b"int zt_nothing(void) { return 0; }\n",
+        check=True,
+    )
+    (tmp_path / "empty.so").rename(empty)
+    probe = GpuProbe(REPO / "bpf", libraries=[fake, empty, tmp_path / "libcudart.so.gone"])
+    with probe:
+        assert probe.counters()["no_symbols"] == 1
+        assert probe.counters()["unreadable"] == 2
+        assert len(probe.notes) == 3 and all("not probed" in n for n in probe.notes)
+    assert os.path.exists(empty)

@@ -1,0 +1,126 @@
+"""Pure tests of the GPU probe's record decoder (no bcc, no root)."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from zerotrace_collector.probes.gpu_decode import (
+    GPU_APIS,
+    ZT_EVENT_GPU_CALL,
+    ZT_EVENT_GPU_LIB,
+    ApiKind,
+    GpuCallSample,
+    GpuLibSample,
+    MalformedEvent,
+    api_named,
+    decode_gpu_event,
+)
+
+pytestmark = pytest.mark.unit
+
+U32 = st.integers(0, 2**32 - 1)
+U64 = st.integers(0, 2**64 - 1)
+CALL = struct.Struct("<IIIIQQQQqiI16s")
+LIB = struct.Struct("<IIIiII256s")
+
+
+def call_bytes(api: int = 1, start: int = 10, end: int = 20, comm: bytes = b"python\0") -> bytes:
+    return CALL.pack(ZT_EVENT_GPU_CALL, 7, 8, api, start, end, 0x7D00, 4096, -2, 5, 0, comm)
+
+
+def test_a_call_record_decodes_every_field() -> None:
+    sample = decode_gpu_event(call_bytes())
+    assert sample == GpuCallSample(
+        pid=7,
+        tid=8,
+        api=api_named("cudaMalloc"),
+        start_mono_ns=10,
+        end_mono_ns=20,
+        address=0x7D00,
+        size=4096,
+        result=-2,
+        stack_id=5,
+        comm="python",
+    )
+
+
+def test_a_library_record_decodes_path_and_stop_flag() -> None:
+    raw = LIB.pack(ZT_EVENT_GPU_LIB, 7, 9, 3, 1, 0, b"/opt/cuda/libcudart.so.12\0")
+    assert decode_gpu_event(raw) == GpuLibSample(7, 9, 3, True, "/opt/cuda/libcudart.so.12")
+
+
+def test_ring_buffer_padding_is_accepted_but_not_more() -> None:
+    assert isinstance(decode_gpu_event(call_bytes() + b"\0" * 7), GpuCallSample)
+    with pytest.raises(MalformedEvent, match="expected 80"):
+        decode_gpu_event(call_bytes() + b"\0" * 8)
+    with pytest.raises(MalformedEvent, match="expected 80"):
+        decode_gpu_event(call_bytes()[:79])
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"\x10\0", "too short"),
+        (struct.pack("<I", 0x42) + bytes(76), "wrong type tag 0x42"),
+        (call_bytes(api=99), "unknown GPU api id 99"),
+        (call_bytes(start=30, end=20), "precedes"),
+        (call_bytes(comm=b"x" * 16), "not NUL-terminated"),
+    ],
+)
+def test_malformed_records_say_why(raw: bytes, reason: str) -> None:
+    with pytest.raises(MalformedEvent, match=reason):
+        decode_gpu_event(raw)
+
+
+def test_api_table_matches_the_c_ids_and_kinds() -> None:
+    assert [a.id for a in GPU_APIS] == list(range(1, 12))
+    assert {a.symbol for a in GPU_APIS if a.driver} == {
+        "cuMemAlloc_v2",
+        "cuMemFree_v2",
+        "cuMemAllocAsync",
+        "cuMemFreeAsync",
+        "cuLaunchKernel",
+    }
+    assert [a.symbol for a in GPU_APIS if a.kind is ApiKind.LAUNCH] == [
+        "cudaLaunchKernel",
+        "cuLaunchKernel",
+    ]
+    with pytest.raises(KeyError):
+        api_named("cudaMemcpy")
+
+
+@given(st.binary(max_size=300))
+def test_any_bytes_decode_or_raise_malformed(raw: bytes) -> None:
+    with contextlib.suppress(MalformedEvent):
+        decode_gpu_event(raw)
+
+
+@given(U32, U32, st.integers(1, 11), U64, U64, U64, st.integers(-(2**31), 2**31 - 1))
+def test_call_fields_round_trip(
+    pid: int, tid: int, api: int, start: int, address: int, size: int, stack: int
+) -> None:
+    raw = CALL.pack(
+        ZT_EVENT_GPU_CALL, pid, tid, api, start, start, address, size, 0, stack, 0, b"\0"
+    )
+    sample = decode_gpu_event(raw)
+    assert isinstance(sample, GpuCallSample)
+    assert (
+        sample.pid,
+        sample.tid,
+        sample.api.id,
+        sample.address,
+        sample.size,
+        sample.stack_id,
+    ) == (
+        pid,
+        tid,
+        api,
+        address,
+        size,
+        stack,
+    )
