@@ -48,6 +48,18 @@ def span_line(doc: dict[str, Any]) -> str:
     )
 
 
+def profile_line(doc: dict[str, Any]) -> str:
+    """One human line for a profile window: when, whose, what, and its heaviest stack's leaf."""
+    when = datetime.fromtimestamp(doc["window_start_ns"] / 1e9, UTC).strftime("%H:%M:%S")
+    stacks = doc.get("stacks") or []
+    top = max(stacks, key=lambda s: s["weight"], default=None)
+    leaf = top["stack"].rsplit(";", 1)[-1] if top else "-"
+    return (
+        f"{when} profile {doc['profile_type']} {doc['service']}[{doc['pid']}]: "
+        f"{doc['samples']} samples, {len(stacks)} stacks, heaviest ends in {leaf}"
+    )
+
+
 def say(line: str) -> None:
     print(f"zerotrace: {line}", file=sys.stderr, flush=True)
 

@@ -14,8 +14,18 @@ from typing import Any
 
 from zerotrace import names, settings
 from zerotrace.bus_memory import InMemoryBroker
-from zerotrace.cli.common import BPF_DIR, StopFlag, embedded_store_path, probe_text, say, span_line
+from zerotrace.cli.common import (
+    BPF_DIR,
+    StopFlag,
+    embedded_store_path,
+    probe_text,
+    profile_line,
+    say,
+    span_line,
+)
 from zerotrace.cli.llm_view import render_llm_view
+from zerotrace.cli.profiling_args import add_profiling_arguments, profiling_feeds
+from zerotrace.cli.profiling_args import follow as follow_profiled
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
 from zerotrace.errors import FeatureUnavailable
@@ -35,7 +45,8 @@ def register(sub: Any) -> None:
         "prints a line per derived record. A summary comes at the end. Needs root for eBPF. "
         "Results stay in $ZEROTRACE_HOME/embedded.duckdb; the web page is at the HTTP port.",
         epilog="examples:\n  zerotrace run --duration 10\n  zerotrace run -- python3 serve.py\n"
-        "  zerotrace run --port 8000      # only traffic to or from port 8000",
+        "  zerotrace run --port 8000      # only traffic to or from port 8000\n"
+        "  zerotrace run --profile -- python3 train.py   # and its flame graphs",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--duration", type=float, default=0, help="stop after this many seconds")
@@ -65,6 +76,7 @@ def register(sub: Any) -> None:
         "so busy that events get lost",
     )
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
+    add_profiling_arguments(p)
     p.add_argument(
         "command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS]: run and observe it"
     )
@@ -85,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     from zerotrace_collector.probes.tls import find_libssl
     from zerotrace_collector.process_family import ProcessFamily
     from zerotrace_correlator.pipeline import INPUT_TOPICS, CorrelatorStep
+    from zerotrace_profiler_agg.embedded import EmbeddedProfileAgg
+    from zerotrace_profiler_agg.settings import ProfilerAggSettings
     from zerotrace_query.grpc_api import GrpcApi
     from zerotrace_query.http_api import HttpApi
     from zerotrace_query.indexer import Indexer
@@ -112,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
         feeds.append(
             FileOpenFeed(FileOpenProbe(BPF_DIR, pid_filter=args.pid), common.node_id, offset)
         )
-    say("compiling and attaching the eBPF probes (socket, TLS, file open)")
+    profiling = profiling_feeds(args, BPF_DIR, common.node_id, offset, follows=follow)
+    feeds += profiling
+    say(f"compiling and attaching the eBPF probes ({', '.join(f.name for f in feeds)})")
     try:
         for feed in feeds:
             feed.attach()
@@ -128,11 +144,13 @@ def run(args: argparse.Namespace) -> int:
     root = child.pid if child else args.pid
     if root:
         socket_probe.follow_pid(root)
+        follow_profiled(profiling, root)
     family = ProcessFamily(root) if root else None
     collector = Collector(
         feeds, broker.producer(), codec, keep=(lambda r: family.contains(r.pid)) if family else None
     )
     step = CorrelatorStep(codec, clock)
+    profiles = EmbeddedProfileAgg(broker, codec, settings.load(ProfilerAggSettings))
     correlator_in = broker.consumer(names.GROUP_CORRELATOR)
     correlator_in.subscribe(INPUT_TOPICS)
     correlator_out = broker.producer()
@@ -142,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
     def on_document(index: str, doc: dict[str, Any]) -> None:
         summary.add(index, doc)
         if not args.quiet and not live:
-            print(llm_line(doc) if index == names.INDEX_LLM else span_line(doc), flush=True)
+            line = {names.INDEX_LLM: llm_line, names.INDEX_PROFILES: profile_line}.get(index)
+            print((line or span_line)(doc), flush=True)
 
     indexer = Indexer(
         broker.consumer(names.GROUP_QUERY_INDEXER),
@@ -184,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
         while not stop:
             moved = collector.pump(50)
             moved += correlate()
+            moved += profiles.run_once(clock.now_ns())
             moved += indexer.run_once(0)
             now = time.monotonic()
             if live and now - last_draw >= LIVE_REFRESH_S:
@@ -205,7 +225,10 @@ def run(args: argparse.Namespace) -> int:
         # End of observation: exchanges still open are reported (as aborted, with a reason).
         for out in step.flush():
             correlator_out.produce(out.topic, out.key, out.value)
-        indexer.run_once(0)
+        profiles.run_once(clock.now_ns())
+        profiles.finish()
+        while indexer.run_once(0):
+            pass
     finally:
         for feed in feeds:
             feed.close()
@@ -215,7 +238,9 @@ def run(args: argparse.Namespace) -> int:
         if child is not None and child.poll() is None:
             child.terminate()
     counters = collector.counters()
-    dead_letters = step.counters.dead_letters + indexer.dead_letters
+    dead_letters = (
+        step.counters.dead_letters + profiles.step.counters.dead_letters + indexer.dead_letters
+    )
     for line in summary.lines(dead_letters, counters, step.http.counters):
         print(line)
     return exit_code
@@ -253,10 +278,16 @@ class Summary:
         self.by_kind: Counter[str] = Counter()
         self.by_process: Counter[str] = Counter()
         self.llm: list[dict[str, Any]] = []
+        self.profile_windows: Counter[str] = Counter()
+        self.profile_samples: Counter[str] = Counter()
 
     def add(self, index: str, doc: dict[str, Any]) -> None:
         if index == names.INDEX_LLM:
             self.llm.append(doc)
+            return
+        if index == names.INDEX_PROFILES:
+            self.profile_windows[doc["profile_type"]] += 1
+            self.profile_samples[doc["profile_type"]] += int(doc["samples"])
             return
         self.spans += 1
         self.errors += doc["status"] == "ERROR"
@@ -282,6 +313,12 @@ class Summary:
         seen = ", ".join(f"{k} {v}" for k, v in sorted(correlator.items()) if v)
         if seen:
             out.append(f"  correlator: {seen}")
+        if self.profile_windows:
+            kinds = ", ".join(
+                f"{kind} {n} windows ({self.profile_samples[kind]} samples)"
+                for kind, n in sorted(self.profile_windows.items())
+            )
+            out.append(f"  profiles: {kinds}; see /flamegraph or `zerotrace profile`")
         if self.llm:
             out += ["", render_llm_view(self.llm, rows=20)]
         return out

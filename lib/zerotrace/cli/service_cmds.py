@@ -10,6 +10,8 @@ from typing import Any
 
 from zerotrace import settings
 from zerotrace.cli.common import BPF_DIR, StopFlag, probe_text, say
+from zerotrace.cli.profiling_args import add_profiling_arguments, profiling_feeds
+from zerotrace.cli.profiling_args import follow as follow_profiled
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
 from zerotrace.errors import ConfigError, FeatureUnavailable
@@ -39,6 +41,7 @@ def register(sub: Any) -> None:
     p.add_argument("--no-tls", action="store_true", help="do not attach the TLS uprobes")
     p.add_argument("--duration", type=float, default=0, help="stop after this many seconds")
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
+    add_profiling_arguments(p)
     p.set_defaults(handler=collector)
 
     p = sub.add_parser("correlator", help="faust worker: raw events -> spans")
@@ -124,6 +127,8 @@ def collector(args: argparse.Namespace) -> int:
         feeds.append(
             FileOpenFeed(FileOpenProbe(BPF_DIR, pid_filter=args.pid), common.node_id, offset)
         )
+    profiling = profiling_feeds(args, BPF_DIR, common.node_id, offset, follows=bool(args.pid))
+    feeds += profiling
     try:
         for feed in feeds:
             feed.attach()
@@ -134,6 +139,8 @@ def collector(args: argparse.Namespace) -> int:
             say(note)
         if args.pid:
             socket_probe.follow_pid(args.pid)
+    if args.pid:
+        follow_profiled(profiling, args.pid)
     col = Collector(feeds, producer, _kafka_codec(common.kafka))
     stop = StopFlag()
     say(f"collector attached ({', '.join(f.name for f in feeds)}); publishing to {common.kafka}")

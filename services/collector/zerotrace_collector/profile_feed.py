@@ -98,6 +98,12 @@ class ProfileFeed:
         self.probe.close()
         self._py.close()
 
+    def follow_pid(self, pid: int) -> None:
+        """Profile *pid* and its children from now on; a Python process is told to the probe
+        at once, so its very first samples (and off-CPU waits) carry Python frames."""
+        self.probe.follow_pid(pid)
+        self.python_process(pid)
+
     # -- processes -----------------------------------------------------------
 
     def _exe(self, pid: int) -> str:
