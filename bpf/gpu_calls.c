@@ -24,6 +24,11 @@
  * parent waiting with WUNTRACED sees the stop; if the collector dies between stop and
  * continue, the process stays stopped until someone sends SIGCONT.
  *
+ * Python frames: the loader compiles bpf/python_stack.h followed by this file (bcc rewrites
+ * map calls only in its main text, so the header is not #included); at entry the calling
+ * thread's CPython frames are walked (zt_python_stack, for processes the loader put in
+ * zt_py_procs) and travel with the call to its return event.
+ *
  * Nesting: a runtime call may enter the driver (cudaMalloc -> cuMemAlloc_v2 inside
  * NVIDIA's libcudart). Only the outermost call on a thread is reported: an entry that
  * finds a fresh in-flight call on its thread is skipped, and each return function
@@ -42,6 +47,7 @@
  *   ZT_MAX_INFLIGHT  threads concurrently inside a traced call
  *   ZT_STACKS        entries of the user stack table
  *   ZT_NEST_NS       an in-flight call older than this is stale (missed return), not an outer call
+ *   ZT_PY_MAX_DEPTH  Python frames kept per call (python_stack.h)
  */
 #include <uapi/linux/ptrace.h>
 
@@ -61,7 +67,7 @@
 #define ZT_RINGBUF_PAGES 256
 #endif
 #ifndef ZT_MAX_INFLIGHT
-#define ZT_MAX_INFLIGHT 10240
+#define ZT_MAX_INFLIGHT 4096 /* each holds a Python stack (~800 bytes): 3 MiB preallocated */
 #endif
 #ifndef ZT_STACKS
 #define ZT_STACKS 16384
@@ -121,7 +127,9 @@
  *       56    4 stack_id  user stack in zt_gpu_stacks, or -errno when it was not taken
  *       60    4 _pad
  *       64   16 comm
- *       80                total
+ *       80      py       struct zt_py_stack (python_stack.h): status, depth, truncated,
+ *                        reserved (u32 each), code[ZT_PY_MAX_DEPTH], instr[ZT_PY_MAX_DEPTH]
+ *    96 + 16 * ZT_PY_MAX_DEPTH total
  */
 struct zt_gpu_call_event {
 	u32 type;
@@ -136,8 +144,12 @@ struct zt_gpu_call_event {
 	s32 stack_id;
 	u32 _pad;
 	char comm[ZT_COMM_LEN];
+	struct zt_py_stack py;
 };
-_Static_assert(sizeof(struct zt_gpu_call_event) == 80, "update probes/gpu_decode.py");
+_Static_assert(__builtin_offsetof(struct zt_gpu_call_event, py) == 80,
+	       "update probes/gpu_decode.py");
+_Static_assert(sizeof(struct zt_gpu_call_event) == 96 + 16 * ZT_PY_MAX_DEPTH,
+	       "update probes/gpu_decode.py");
 
 /*
  * A process opened a file named like a CUDA library.
@@ -173,12 +185,15 @@ struct zt_gpu_inflight {
 	u64 size;
 	u32 api;
 	s32 stack_id;
+	struct zt_py_stack py; /* taken at entry: at return the frames may have moved on */
 };
 
 BPF_RINGBUF_OUTPUT(zt_gpu_events, ZT_RINGBUF_PAGES);
 BPF_ARRAY(zt_gpu_stats, u64, ZT_STAT_NR);
 BPF_STACK_TRACE(zt_gpu_stacks, ZT_STACKS);
 BPF_HASH(zt_gpu_inflight, u32, struct zt_gpu_inflight, ZT_MAX_INFLIGHT);
+/* Entry state is built here: it is larger than the 512-byte BPF stack. */
+BPF_PERCPU_ARRAY(zt_gpu_scratch, struct zt_gpu_inflight, 1);
 /* tid -> user filename pointer of a read-only openat in progress */
 BPF_HASH(zt_gpu_opening, u32, u64, ZT_MAX_INFLIGHT);
 /* Library paths (as programs spell them) already attached: opening them stops nobody. */
@@ -217,18 +232,24 @@ static __always_inline int zt_gpu_enter(struct pt_regs *ctx, u32 api, u32 kind)
 		zt_gpu_stat_inc(ZT_STAT_NESTED);
 		return 0;
 	}
-	struct zt_gpu_inflight c = {};
-	c.start_ns = now;
-	c.api = api;
+	u32 zero = 0;
+	struct zt_gpu_inflight *c = zt_gpu_scratch.lookup(&zero);
+	if (!c)
+		return 0;
+	c->start_ns = now;
+	c->api = api;
+	c->arg = 0;
+	c->size = 0;
 	if (kind == ZT_KIND_ALLOC) {
-		c.arg = PT_REGS_PARM1(ctx);
-		c.size = PT_REGS_PARM2(ctx);
+		c->arg = PT_REGS_PARM1(ctx);
+		c->size = PT_REGS_PARM2(ctx);
 	} else if (kind == ZT_KIND_FREE) {
-		c.arg = PT_REGS_PARM1(ctx);
+		c->arg = PT_REGS_PARM1(ctx);
 	}
 	/* At entry the registers are the caller's: the stack unwinds from here. */
-	c.stack_id = zt_gpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);
-	if (zt_gpu_inflight.update(&tid, &c) != 0)
+	c->stack_id = zt_gpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);
+	zt_python_stack(id >> 32, tid, &c->py);
+	if (zt_gpu_inflight.update(&tid, c) != 0)
 		zt_gpu_stat_inc(ZT_STAT_INFLIGHT_FULL);
 	return 0;
 }
@@ -237,39 +258,38 @@ static __always_inline int zt_gpu_return(struct pt_regs *ctx, u32 api, u32 kind)
 {
 	u64 id = bpf_get_current_pid_tgid();
 	u32 tid = (u32)id;
-	struct zt_gpu_inflight *cp = zt_gpu_inflight.lookup(&tid);
-	if (!cp || cp->api != api)
+	struct zt_gpu_inflight *c = zt_gpu_inflight.lookup(&tid);
+	if (!c || c->api != api)
 		return 0; /* not traced, or the return of a nested call */
-	struct zt_gpu_inflight c = {};
-	bpf_probe_read_kernel(&c, sizeof(c), cp);
-	zt_gpu_inflight.delete(&tid);
-
 	struct zt_gpu_call_event *ev = zt_gpu_events.ringbuf_reserve(sizeof(*ev));
 	if (!ev) {
 		zt_gpu_stat_inc(ZT_STAT_LOST);
+		zt_gpu_inflight.delete(&tid);
 		return 0;
 	}
 	ev->type = ZT_EVENT_GPU_CALL;
 	ev->pid = id >> 32;
 	ev->tid = tid;
 	ev->api = api;
-	ev->start_ns = c.start_ns;
+	ev->start_ns = c->start_ns;
 	ev->end_ns = bpf_ktime_get_ns();
 	/* cudaError_t and CUresult are C ints: sign-extend from 32 bits. */
 	ev->result = (s64)(s32)PT_REGS_RC(ctx);
 	ev->address = 0;
 	ev->size = 0;
 	if (kind == ZT_KIND_ALLOC) {
-		ev->size = c.size;
+		ev->size = c->size;
 		u64 addr = 0;
-		if (ev->result == 0 && c.arg)
-			bpf_probe_read_user(&addr, sizeof(addr), (void *)c.arg);
+		if (ev->result == 0 && c->arg)
+			bpf_probe_read_user(&addr, sizeof(addr), (void *)c->arg);
 		ev->address = addr;
 	} else if (kind == ZT_KIND_FREE) {
-		ev->address = c.arg;
+		ev->address = c->arg;
 	}
-	ev->stack_id = c.stack_id;
+	ev->stack_id = c->stack_id;
 	ev->_pad = 0;
+	bpf_probe_read_kernel(&ev->py, sizeof(ev->py), &c->py);
+	zt_gpu_inflight.delete(&tid);
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
 	zt_gpu_events.ringbuf_submit(ev, 0);
 	return 0;

@@ -149,10 +149,57 @@ def test_records_are_valid_raw_gpu_events(late_run: Run, codec: AvroCodec) -> No
     assert len({r.datum["event_id"] for r in late_run.records}) == len(late_run.records)
 
 
+def python_function(frames: list[str]) -> list[str]:
+    """Names of the py: frames, root first ('py:Gpu.malloc (app.py:49)' -> 'Gpu.malloc')."""
+    return [f[3:].split(" (", 1)[0] for f in frames if f.startswith("py:")]
+
+
+def test_every_call_is_attributed_to_its_python_caller(late_run: Run) -> None:
+    for rec, truth in zip(late_run.records, late_run.truth, strict=True):
+        chain = python_function(rec.datum["frames"])
+        assert chain[0] == "<module>" and "main" in chain, chain
+        assert truth["func"] in chain, (truth, rec.datum["frames"])
+        # Python frames come first, then the native ones below them, then the API.
+        kinds = [f.split(":", 1)[0] for f in rec.datum["frames"][1:-1]]
+        assert kinds == sorted(kinds, key=lambda k: k != "py"), rec.datum["frames"]
+        assert str(APP) in rec.datum["frames"][1]
+
+
+def test_mem_alloc_and_in_use_per_stack_are_exact(late_run: Run) -> None:
+    """What profiler-agg folds: bytes per calling stack, and what stays after the frees."""
+    alloc: Counter[tuple[str, ...]] = Counter()
+    owner: dict[int, tuple[str, ...]] = {}
+    sizes: dict[int, int] = {}
+    for rec in late_run.records:
+        d = rec.datum
+        if d["api"] in ALLOCS:
+            stack = tuple(d["frames"][:-1])  # the API leaf aside: runtime and driver differ
+            alloc[stack] += d["size"]
+            owner[d["address"]], sizes[d["address"]] = stack, d["size"]
+    in_use = Counter(alloc)
+    for rec in late_run.records:
+        if "Free" in rec.datum["api"]:
+            in_use[owner[rec.datum["address"]]] -= sizes[rec.datum["address"]]
+
+    def by_function(counts: Counter[tuple[str, ...]], func: str) -> list[int]:
+        return [v for k, v in counts.items() if func in python_function(list(k))]
+
+    assert by_function(alloc, "alloc_weights") == [21 * MIB]  # one stack: 3 x 7 MiB
+    assert by_function(alloc, "alloc_cache") == [5 * MIB]
+    assert by_function(in_use, "alloc_weights") == [21 * MIB]
+    assert by_function(in_use, "alloc_cache") == [3 * MIB]  # 2 of 5 blocks freed
+    assert by_function(in_use, "driver_buffers") == [3 * MIB]
+    launches = Counter(
+        tuple(r.datum["frames"]) for r in late_run.records if r.datum["api"] == "cudaLaunchKernel"
+    )
+    assert list(launches.values()) == [7]
+
+
 def test_late_loaded_libraries_were_stopped_once_and_resumed(late_run: Run) -> None:
     c = late_run.counters
     assert c["stops"] == 2 and c["resumed"] == 2 and c["libraries"] == 2
     assert c["lost"] == 0 and c["malformed"] == 0 and c["nested"] == 0
+    assert c["python_processes"] == 1 and c.get("py_read_fail", 0) == 0
 
 
 def test_a_library_probed_before_start_is_seen_by_a_new_process(
@@ -168,6 +215,7 @@ def test_a_library_probed_before_start_is_seen_by_a_new_process(
         feed.close()
     assert len(run.records) == 28
     assert run.counters["libraries"] == 2
+    assert all("launch_kernels" in python_function(r.datum["frames"]) for r in run.records[10:17])
     # The paths were opened before being marked known: one stop each, still resumed.
     assert run.counters["stops"] == run.counters["resumed"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given
@@ -18,8 +19,10 @@ from zerotrace_collector.probes.gpu_decode import (
     GpuLibSample,
     MalformedEvent,
     api_named,
+    call_size,
     decode_gpu_event,
 )
+from zerotrace_collector.probes.profile_decode import PyStatus
 
 pytestmark = pytest.mark.unit
 
@@ -27,10 +30,23 @@ U32 = st.integers(0, 2**32 - 1)
 U64 = st.integers(0, 2**64 - 1)
 CALL = struct.Struct("<IIIIQQQQqiI16s")
 LIB = struct.Struct("<IIIiII256s")
+DEPTH = 48
 
 
-def call_bytes(api: int = 1, start: int = 10, end: int = 20, comm: bytes = b"python\0") -> bytes:
-    return CALL.pack(ZT_EVENT_GPU_CALL, 7, 8, api, start, end, 0x7D00, 4096, -2, 5, 0, comm)
+def py_section(
+    frames: Sequence[tuple[int, int]] = (), status: int = 0, depth: int | None = None
+) -> bytes:
+    codes = [c for c, _ in frames] + [0] * (DEPTH - len(frames))
+    instrs = [i for _, i in frames] + [0] * (DEPTH - len(frames))
+    n = len(frames) if depth is None else depth
+    return struct.pack(f"<IIII{DEPTH}Q{DEPTH}Q", status, n, 0, 0, *codes, *instrs)
+
+
+def call_bytes(
+    api: int = 1, start: int = 10, end: int = 20, comm: bytes = b"python\0", py: bytes = b""
+) -> bytes:
+    head = CALL.pack(ZT_EVENT_GPU_CALL, 7, 8, api, start, end, 0x7D00, 4096, -2, 5, 0, comm)
+    return head + (py or py_section())
 
 
 def test_a_call_record_decodes_every_field() -> None:
@@ -49,6 +65,18 @@ def test_a_call_record_decodes_every_field() -> None:
     )
 
 
+def test_python_frames_travel_leaf_first_with_their_status() -> None:
+    frames = [(0x1000, 0x1040), (0, 0), (0x2000, 0x2010)]
+    sample = decode_gpu_event(call_bytes(py=py_section(frames, status=PyStatus.OK)))
+    assert isinstance(sample, GpuCallSample)
+    assert sample.py_status is PyStatus.OK and sample.py_frames == tuple(frames)
+    assert call_size(DEPTH) == 80 + 16 + 16 * DEPTH == 864
+    small = CALL.pack(ZT_EVENT_GPU_CALL, 1, 1, 6, 0, 0, 0, 0, 0, -14, 0, b"\0")
+    small += struct.pack("<IIII4Q4Q", 1, 1, 1, 0, 0xAB, 0, 0, 0, 0xCD, 0, 0, 0)
+    got = decode_gpu_event(small, py_depth=4)
+    assert isinstance(got, GpuCallSample) and got.py_frames == ((0xAB, 0xCD),) and got.py_truncated
+
+
 def test_a_library_record_decodes_path_and_stop_flag() -> None:
     raw = LIB.pack(ZT_EVENT_GPU_LIB, 7, 9, 3, 1, 0, b"/opt/cuda/libcudart.so.12\0")
     assert decode_gpu_event(raw) == GpuLibSample(7, 9, 3, True, "/opt/cuda/libcudart.so.12")
@@ -56,10 +84,10 @@ def test_a_library_record_decodes_path_and_stop_flag() -> None:
 
 def test_ring_buffer_padding_is_accepted_but_not_more() -> None:
     assert isinstance(decode_gpu_event(call_bytes() + b"\0" * 7), GpuCallSample)
-    with pytest.raises(MalformedEvent, match="expected 80"):
+    with pytest.raises(MalformedEvent, match="expected 864"):
         decode_gpu_event(call_bytes() + b"\0" * 8)
-    with pytest.raises(MalformedEvent, match="expected 80"):
-        decode_gpu_event(call_bytes()[:79])
+    with pytest.raises(MalformedEvent, match="expected 864"):
+        decode_gpu_event(call_bytes()[:863])
 
 
 @pytest.mark.parametrize(
@@ -70,6 +98,8 @@ def test_ring_buffer_padding_is_accepted_but_not_more() -> None:
         (call_bytes(api=99), "unknown GPU api id 99"),
         (call_bytes(start=30, end=20), "precedes"),
         (call_bytes(comm=b"x" * 16), "not NUL-terminated"),
+        (call_bytes(py=py_section(depth=49)), "python depth 49"),
+        (call_bytes(py=py_section(status=9)), "status 9 out of range"),
     ],
 )
 def test_malformed_records_say_why(raw: bytes, reason: str) -> None:
@@ -94,7 +124,7 @@ def test_api_table_matches_the_c_ids_and_kinds() -> None:
         api_named("cudaMemcpy")
 
 
-@given(st.binary(max_size=300))
+@given(st.binary(max_size=900))
 def test_any_bytes_decode_or_raise_malformed(raw: bytes) -> None:
     with contextlib.suppress(MalformedEvent):
         decode_gpu_event(raw)
@@ -107,7 +137,7 @@ def test_call_fields_round_trip(
     raw = CALL.pack(
         ZT_EVENT_GPU_CALL, pid, tid, api, start, start, address, size, 0, stack, 0, b"\0"
     )
-    sample = decode_gpu_event(raw)
+    sample = decode_gpu_event(raw + py_section())
     assert isinstance(sample, GpuCallSample)
     assert (
         sample.pid,

@@ -15,25 +15,32 @@ the host-side call's start and end, and profiles count launches per calling stac
 
 from __future__ import annotations
 
+import os
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from zerotrace import names
 from zerotrace_collector.cgroup import container_id_of
 from zerotrace_collector.feeds import RawRecord
 from zerotrace_collector.probes.gpu import GpuProbe
 from zerotrace_collector.probes.gpu_decode import GpuCallSample
+from zerotrace_collector.probes.profile_decode import PyStatus
+from zerotrace_collector.python_symbols import PythonSymbols
 from zerotrace_collector.stack_merge import merge_stack
 
 __all__ = ["GpuFeed", "UserSymbolizer", "calling_frames", "gpu_api_record"]
 
-_UNKNOWN = "native:[unknown]"
+_UNKNOWN: Final = "native:[unknown]"
+UNREADABLE_PY_FRAME: Final = "py:<unreadable> (?:0)"
 
 
 class UserSymbolizer(Protocol):
     """What the feed needs of :class:`zerotrace_collector.symbols.Symbolizer`."""
 
     def user_frames(self, pid: int, addresses: Sequence[int]) -> list[str]: ...
+    def forget(self, pid: int) -> None: ...
 
 
 def calling_frames(
@@ -106,8 +113,10 @@ class GpuFeed:
     """GPU API calls for ``raw.gpu``, keyed by pid (a process's allocations and frees meet
     on one partition, in order).
 
-    *symbolizer* names native addresses (a :class:`~zerotrace_collector.symbols.Symbolizer`);
-    *container_of* maps a pid to its container id (injected so tests need no cgroups)."""
+    *symbolizer* names native addresses (a :class:`~zerotrace_collector.symbols.Symbolizer`),
+    *python_symbols* Python frames; *container_of* maps a pid to its container id. Every
+    *sweep_s* seconds of *clock*, what is held for processes that exited is dropped.
+    """
 
     name = "gpu"
 
@@ -118,15 +127,27 @@ class GpuFeed:
         mono_to_epoch_ns: int,
         symbolizer: UserSymbolizer,
         *,
+        python_symbols: PythonSymbols | None = None,
         container_of: Callable[[int], str | None] = container_id_of,
+        clock: Callable[[], float] = time.monotonic,
+        sweep_s: float = 5.0,
+        max_stacks: int = 16_384,
     ) -> None:
         self.probe = probe
         self.follows = probe.follow
         self._node_id = node_id
         self._offset_ns = mono_to_epoch_ns
         self._symbolizer = symbolizer
+        self._py = python_symbols or PythonSymbols()
         self._container_of = container_of
         self._containers: dict[int, str | None] = {}
+        self._clock = clock
+        self._sweep_s = sweep_s
+        self._swept_at = clock()
+        # Calls repeat a few stacks (a launch loop): a hit skips both symbolizers.
+        self._stacks: dict[tuple[Any, ...], list[str]] = {}
+        self._max_stacks = max_stacks
+        self.counts: Counter[str] = Counter()
 
     def attach(self) -> None:
         self.probe.attach()
@@ -138,9 +159,38 @@ class GpuFeed:
             self._containers[pid] = self._container_of(pid)
         return self._containers[pid]
 
+    def _python_frames(self, call: GpuCallSample) -> list[str]:
+        if call.py_status == PyStatus.READ_FAIL:
+            self.counts["py_read_fail"] += 1
+        proc = self.probe.python.get(call.pid)
+        if proc is None:
+            return []
+        return [
+            self._py.frame(proc, code, instr) or UNREADABLE_PY_FRAME
+            for code, instr in reversed(call.py_frames)
+            if code  # 0: a shim frame of a C -> Python call
+        ]
+
     def frames_of(self, call: GpuCallSample) -> list[str]:
-        native = self._symbolizer.user_frames(call.pid, self.probe.user_stack(call))
-        return calling_frames(call.tid, call.api.symbol, native)
+        """The call's frames, root first, ending in ``cuda:<api>``."""
+        user = tuple(self.probe.user_stack(call))
+        key = (call.pid, call.tid, call.api.id, call.py_frames, user)
+        cached = self._stacks.get(key)
+        if cached is not None:
+            return cached
+        proc = self.probe.python.get(call.pid)
+        native = self._symbolizer.user_frames(call.pid, user) if user else []
+        frames = calling_frames(
+            call.tid,
+            call.api.symbol,
+            native,
+            self._python_frames(call),
+            proc.module_name if proc else None,
+        )
+        if len(self._stacks) >= self._max_stacks:
+            self._stacks.clear()  # cheaper than an LRU; refilled by the next few calls
+        self._stacks[key] = frames
+        return frames
 
     def poll(self, timeout_ms: int) -> list[RawRecord]:
         out = []
@@ -155,10 +205,27 @@ class GpuFeed:
             out.append(
                 RawRecord(names.RAW_GPU.name, str(call.pid).encode(), names.RAW_GPU.record, datum)
             )
+        if self._clock() - self._swept_at >= self._sweep_s:
+            self._swept_at = self._clock()
+            self._sweep()
         return out
 
+    def _sweep(self) -> None:
+        for pid in list(self.probe.python):
+            if not os.path.exists(f"/proc/{pid}"):
+                self.counts["process_exited"] += 1
+                self._stacks.clear()
+                self._containers.pop(pid, None)
+                self.probe.forget_python(pid)
+                self._py.forget(pid)
+                self._symbolizer.forget(pid)
+
     def counters(self) -> dict[str, int]:
-        return self.probe.counters()
+        out = self.probe.counters()
+        out.update(self.counts)
+        out.update(self._py.counts)
+        return out
 
     def close(self) -> None:
         self.probe.close()
+        self._py.close()

@@ -15,6 +15,11 @@ its calling stack and its host-side call duration, and profiles count launches p
 
 Bad input never raises out of :meth:`poll`; it is counted (:meth:`counters`) and, for
 library trouble, described in one line in :attr:`GpuProbe.notes`.
+
+Python frames: a CPython process is made known to the BPF frame walker (``zt_py_procs``)
+when it is seen with a CUDA library: at attach for those mapping one already, and at the
+library open for the others, while the process is stopped, so its very first call carries
+its Python frames. :attr:`GpuProbe.python` keeps what was learnt, for naming the frames.
 """
 
 from __future__ import annotations
@@ -30,12 +35,20 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from ..cuda_libraries import cuda_libraries_in_maps, exported_functions, probed_symbols
+from ..python_procs import PythonProcess, inspect
 from .bcc_loader import ProbeUnavailable, bcc_for, compile_program, first_line
-from .gpu_decode import GpuCallSample, GpuLibSample, MalformedEvent, decode_gpu_event
+from .gpu_decode import (
+    DEFAULT_PY_DEPTH,
+    GpuCallSample,
+    GpuLibSample,
+    MalformedEvent,
+    decode_gpu_event,
+)
 
 __all__ = ["GpuProbe", "ProbeUnavailable"]
 
 PROGRAM_FILE: Final = "gpu_calls.c"
+PYTHON_STACK_FILE: Final = "python_stack.h"
 EVENTS_MAP: Final = b"zt_gpu_events"
 # Indexes into zt_gpu_stats; mirror the ZT_STAT_* defines in bpf/gpu_calls.c.
 _STATS: Final = ("lost", "inflight_full", "nested", "stops")
@@ -73,6 +86,7 @@ class GpuProbe:
         scan_proc: bool = True,
         ringbuf_pages: int = 256,
         stack_entries: int = 16384,
+        py_depth: int = DEFAULT_PY_DEPTH,
     ) -> None:
         if pid_filter < 0:
             raise ValueError("pid_filter must be >= 0")
@@ -87,6 +101,11 @@ class GpuProbe:
         self.scan_proc = scan_proc
         self.ringbuf_pages = ringbuf_pages
         self.stack_entries = stack_entries
+        if not 1 <= py_depth <= 128:
+            raise ValueError(f"py_depth must be 1..128, got {py_depth}")
+        self.py_depth = py_depth
+        self.python: dict[int, PythonProcess] = {}
+        """The CPython processes whose frames the walker reads, by pid."""
         self.notes: list[str] = []
         """One line per library that could not be probed, and why."""
         self.attached_files: dict[tuple[int, int], str] = {}
@@ -111,13 +130,19 @@ class GpuProbe:
             f"-DZT_STOP_ON_OPEN={int(self.stop_on_open)}",
             f"-DZT_RINGBUF_PAGES={self.ringbuf_pages}",
             f"-DZT_STACKS={self.stack_entries}",
+            f"-DZT_PY_MAX_DEPTH={self.py_depth}",
         ]
 
-    def _source(self) -> str:
+    def _read(self, name: str) -> str:
+        path = self.bpf_dir / name
         try:
-            return self.source_path.read_text()
+            return path.read_text()
         except OSError as exc:
-            raise ProbeUnavailable(f"cannot read BPF program {self.source_path}: {exc}") from exc
+            raise ProbeUnavailable(f"cannot read BPF program {path}: {exc.strerror}") from exc
+
+    def _source(self) -> str:
+        # One text: bcc rewrites map calls only in the main text (see python_stack.h).
+        return self._read(PYTHON_STACK_FILE) + "\n" + self._read(PROGRAM_FILE)
 
     def program_text(self) -> str:
         """The exact C text handed to bcc, preceded by a comment with its cflags."""
@@ -155,7 +180,10 @@ class GpuProbe:
         except OSError:
             return 0  # gone, or a kernel thread: nothing mapped
         new = 0
-        for lib in cuda_libraries_in_maps(maps):
+        libs = cuda_libraries_in_maps(maps)
+        if libs:
+            self.learn_python(pid)
+        for lib in libs:
             if lib.deleted:
                 self._note(
                     "deleted", f"{lib.path} (pid {pid}) was deleted after mapping: not probed"
@@ -202,6 +230,32 @@ class GpuProbe:
         self._counts["libraries"] += 1
         return True
 
+    def learn_python(self, pid: int) -> PythonProcess | None:
+        """Let the BPF walker read *pid*'s Python frames, when it is a supported CPython.
+        Looked at again when the pid's start time changed (a reused pid)."""
+        assert self._bpf is not None, "attach() first"
+        found = inspect(pid)
+        if found is None:
+            self.forget_python(pid)
+            return None
+        known = self.python.get(pid)
+        if known is None or known.start_time != found.start_time:
+            table = self._bpf[b"zt_py_procs"]
+            leaf = table.Leaf()
+            packed = found.layout.walker.pack(found.runtime_addr, found.pidns)
+            ctypes.memmove(ctypes.addressof(leaf), packed, len(packed))
+            table[table.Key(pid)] = leaf
+            self.python[pid] = found
+            self._counts["python_processes"] += 1
+        return self.python[pid]
+
+    def forget_python(self, pid: int) -> None:
+        """Drop *pid* from the walker (it exited, or is no longer that interpreter)."""
+        if self.python.pop(pid, None) is not None and self._bpf is not None:
+            table = self._bpf[b"zt_py_procs"]
+            with contextlib.suppress(KeyError):
+                del table[table.Key(pid)]
+
     def _note(self, counter: str, line: str) -> None:
         self._counts[counter] += 1
         if len(self.notes) < 100:
@@ -247,7 +301,7 @@ class GpuProbe:
 
     def _on_ring_event(self, _ctx: Any, data: int, size: int) -> int:
         try:
-            sample = decode_gpu_event(ctypes.string_at(data, size))
+            sample = decode_gpu_event(ctypes.string_at(data, size), self.py_depth)
         except MalformedEvent:
             self._counts["malformed"] += 1
             return 0
@@ -274,6 +328,7 @@ class GpuProbe:
             fd_path = f"/proc/{lib.pid}/fd/{lib.fd}"
             # The fd names the file the process opened, whatever path or namespace it used.
             self.attach_library(fd_path, os.readlink(fd_path))
+            self.learn_python(lib.pid)
         except OSError:
             self._counts["vanished"] += 1  # exited (or closed the fd) before we looked
         finally:
@@ -312,10 +367,11 @@ class GpuProbe:
 
     def counters(self) -> dict[str, int]:
         """lost, inflight_full, nested, stops (kernel side); malformed, libraries,
-        resumed, vanished, stack_missing, no_symbols, unreadable, deleted, attach_failed."""
+        resumed, vanished, stack_missing, no_symbols, unreadable, deleted, attach_failed,
+        python_processes (made known to the frame walker)."""
         out = dict.fromkeys(
             ("malformed", "libraries", "resumed", "vanished", "stack_missing", "no_symbols",
-             "unreadable", "deleted", "attach_failed"), 0
+             "unreadable", "deleted", "attach_failed", "python_processes"), 0
         )  # fmt: skip
         out.update(self._counts)
         out.update(self._stats())

@@ -2,7 +2,7 @@
 
 Two records share the buffer, told apart by their leading u32 type tag::
 
-    zt_gpu_call_event (0x10), 80 bytes         zt_gpu_lib_event (0x11), 280 bytes
+    zt_gpu_call_event (0x10)                   zt_gpu_lib_event (0x11), 280 bytes
       0  u32 type                                0  u32 type
       4  u32 pid (tgid)                          4  u32 pid
       8  u32 tid                                 8  u32 tid
@@ -15,6 +15,8 @@ Two records share the buffer, told apart by their leading u32 type tag::
      56  s32 stack_id user stack, < 0 = none
      60  u32 _pad
      64  char comm[16]
+     80  struct zt_py_stack: u32 status, depth, truncated, reserved;
+         u64 code[D], u64 instr[D]   (D = ZT_PY_MAX_DEPTH; 96 + 16*D bytes in all)
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, TypeAlias
 
+from .profile_decode import PyStatus
+
 __all__ = [
+    "DEFAULT_PY_DEPTH",
     "GPU_APIS",
     "ZT_EVENT_GPU_CALL",
     "ZT_EVENT_GPU_LIB",
@@ -35,12 +40,15 @@ __all__ = [
     "GpuSample",
     "MalformedEvent",
     "api_named",
+    "call_size",
     "decode_gpu_event",
 ]
 
 ZT_EVENT_GPU_CALL: Final = 0x10
 ZT_EVENT_GPU_LIB: Final = 0x11
 CALL_STRUCT: Final = struct.Struct("<IIIIQQQQqiI16s")
+PY_HEAD: Final = struct.Struct("<IIII")  # status, depth, truncated, reserved
+DEFAULT_PY_DEPTH: Final = 48
 LIB_STRUCT: Final = struct.Struct("<IIIiII256s")
 _MAX_TRAILING: Final = 7  # ring-buffer records may be padded to 8 bytes
 
@@ -115,6 +123,11 @@ class GpuCallSample:
     stack_id: int
     """Id in the probe's user stack table; negative (-errno) when none was taken."""
     comm: str
+    py_status: PyStatus = PyStatus.NONE
+    py_frames: tuple[tuple[int, int], ...] = ()
+    """(code object, instruction pointer) of the calling Python frames, leaf first; code 0
+    marks a shim frame (C calling into Python)."""
+    py_truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,13 +156,19 @@ def _check_size(buf: RawEvent, want: int, what: str) -> None:
         raise MalformedEvent(f"{what} record is {len(buf)} bytes, expected {want}")
 
 
-def decode_gpu_event(buf: RawEvent) -> GpuSample:
-    """Decode one record; raise :class:`MalformedEvent` when it is not valid."""
+def call_size(py_depth: int = DEFAULT_PY_DEPTH) -> int:
+    """Bytes of a call record built with ZT_PY_MAX_DEPTH = *py_depth*."""
+    return CALL_STRUCT.size + PY_HEAD.size + 16 * py_depth
+
+
+def decode_gpu_event(buf: RawEvent, py_depth: int = DEFAULT_PY_DEPTH) -> GpuSample:
+    """Decode one record; raise :class:`MalformedEvent` when it is not valid.
+    *py_depth* is the ZT_PY_MAX_DEPTH the program was built with."""
     if len(buf) < 4:
         raise MalformedEvent(f"record too short for a type tag: {len(buf)} bytes")
     (tag,) = struct.unpack_from("<I", buf, 0)
     if tag == ZT_EVENT_GPU_CALL:
-        _check_size(buf, CALL_STRUCT.size, "gpu call")
+        _check_size(buf, call_size(py_depth), "gpu call")
         _, pid, tid, api_id, start, end, address, size, result, stack_id, _, comm = (
             CALL_STRUCT.unpack_from(buf, 0)
         )
@@ -158,8 +177,26 @@ def decode_gpu_event(buf: RawEvent) -> GpuSample:
             raise MalformedEvent(f"unknown GPU api id {api_id}")
         if end < start:
             raise MalformedEvent(f"end_ns {end} precedes start_ns {start}")
+        status, depth, truncated, _ = PY_HEAD.unpack_from(buf, CALL_STRUCT.size)
+        if depth > py_depth or status > max(PyStatus):
+            raise MalformedEvent(f"python depth {depth} / status {status} out of range")
+        at = CALL_STRUCT.size + PY_HEAD.size
+        codes = struct.unpack_from(f"<{depth}Q", buf, at)
+        instrs = struct.unpack_from(f"<{depth}Q", buf, at + 8 * py_depth)
         return GpuCallSample(
-            pid, tid, api, start, end, address, size, result, stack_id, _cstr(comm, "comm")
+            pid,
+            tid,
+            api,
+            start,
+            end,
+            address,
+            size,
+            result,
+            stack_id,
+            _cstr(comm, "comm"),
+            PyStatus(status),
+            tuple(zip(codes, instrs, strict=True)),
+            bool(truncated),
         )
     if tag == ZT_EVENT_GPU_LIB:
         _check_size(buf, LIB_STRUCT.size, "gpu lib")
