@@ -147,6 +147,7 @@ class GpuFeed:
         # Calls repeat a few stacks (a launch loop): a hit skips both symbolizers.
         self._stacks: dict[tuple[Any, ...], list[str]] = {}
         self._max_stacks = max_stacks
+        self._not_python: set[int] = set()
         self.counts: Counter[str] = Counter()
 
     def attach(self) -> None:
@@ -193,8 +194,15 @@ class GpuFeed:
         return frames
 
     def poll(self, timeout_ms: int) -> list[RawRecord]:
+        calls = self.probe.poll(timeout_ms)
+        # A process that loaded CUDA before it was followed, or through a path known
+        # already, was not seen at a library open: learn whether it is Python now, so its
+        # next calls carry Python frames.
+        for pid in {c.pid for c in calls} - self.probe.python.keys() - self._not_python:
+            if self.probe.learn_python(pid) is None:
+                self._not_python.add(pid)
         out = []
-        for call in self.probe.poll(timeout_ms):
+        for call in calls:
             datum = gpu_api_record(
                 call,
                 self.frames_of(call),
@@ -211,6 +219,7 @@ class GpuFeed:
         return out
 
     def _sweep(self) -> None:
+        self._not_python.clear()  # a pid may be reused by a Python process
         for pid in list(self.probe.python):
             if not os.path.exists(f"/proc/{pid}"):
                 self.counts["process_exited"] += 1

@@ -20,6 +20,9 @@ Python frames: a CPython process is made known to the BPF frame walker (``zt_py_
 when it is seen with a CUDA library: at attach for those mapping one already, and at the
 library open for the others, while the process is stopped, so its very first call carries
 its Python frames. :attr:`GpuProbe.python` keeps what was learnt, for naming the frames.
+A process that opens an already-known library path is not stopped: it is learnt when
+followed (:meth:`GpuProbe.follow_pid`) or by the feed when its first calls arrive, and
+calls made before that carry native frames only.
 """
 
 from __future__ import annotations
@@ -166,7 +169,8 @@ class GpuProbe:
             raise ProbeUnavailable(f"opening {EVENTS_MAP.decode()} failed: {exc}") from exc
         self._bpf = bpf
         for path in self.libraries:
-            self.attach_library(str(path))
+            if self.attach_library(str(path)):
+                self._mark_known(str(path))
         if self.scan_proc:
             pids = [self.pid_filter] if self.pid_filter else _all_pids()
             for pid in pids:
@@ -174,12 +178,13 @@ class GpuProbe:
                     self.attach_mapped(pid)
 
     def attach_mapped(self, pid: int) -> int:
-        """Probe the CUDA libraries *pid* has mapped now; returns how many files are new."""
+        """Probe the CUDA libraries *pid* has mapped now; returns how many are settled
+        (see :meth:`attach_library`)."""
         try:
             maps = Path(f"/proc/{pid}/maps").read_text()
         except OSError:
             return 0  # gone, or a kernel thread: nothing mapped
-        new = 0
+        settled = 0
         libs = cuda_libraries_in_maps(maps)
         if libs:
             self.learn_python(pid)
@@ -190,19 +195,23 @@ class GpuProbe:
                 )
                 continue
             # Through the process's root, so a library in a container's file system is found.
-            new += self.attach_library(f"/proc/{pid}/root{lib.path}", lib.path)
-        return new
+            if self.attach_library(f"/proc/{pid}/root{lib.path}", lib.path):
+                self._mark_known(lib.path)
+                settled += 1
+        return settled
 
     def attach_library(self, path: str, shown: str | None = None) -> bool:
-        """Attach the probed symbols *path* exports; False when it could not (noted).
-        *shown* is the name used in notes (the path as the process sees it)."""
+        """Attach the probed symbols *path* exports. True when the file is settled: probed
+        (now or before) or known to export none of them; False when it could not be read
+        or attached (noted), so a later open tries again. *shown* is the name used in
+        notes (the path as the process sees it)."""
         assert self._bpf is not None, "attach() first"
         shown = shown or path
         try:
             st = os.stat(path)
             key = (st.st_dev, st.st_ino)
             if key in self.attached_files:
-                return False
+                return True
             symbols = probed_symbols(exported_functions(path))
         except (OSError, ValueError) as exc:
             self._note("unreadable", f"{shown}: cannot read ({first_line(exc, 120)}): not probed")
@@ -210,7 +219,7 @@ class GpuProbe:
         if not symbols:
             self._note("no_symbols", f"{shown} exports none of the probed CUDA APIs: not probed")
             self.attached_files[key] = path  # do not look at it again
-            return False
+            return True
         lib = path.encode()
         try:
             for sym in symbols:
@@ -262,12 +271,13 @@ class GpuProbe:
             self.notes.append(line)
 
     def follow_pid(self, pid: int) -> None:
-        """Trace *pid* and what it forks from now on (needs follow=True), and probe the
-        CUDA libraries it has mapped already."""
+        """Trace *pid* and what it forks from now on (needs follow=True), probe the CUDA
+        libraries it has mapped already, and read its Python frames if it is CPython."""
         if self._bpf is None or not self.follow:
             raise RuntimeError("follow_pid() needs follow=True and attach() first")
         table = self._bpf[b"zt_gpu_follow"]
         table[table.Key(pid)] = table.Leaf(1)
+        self.learn_python(pid)
         if self.scan_proc:
             self.attach_mapped(pid)
 
@@ -324,21 +334,27 @@ class GpuProbe:
         return calls
 
     def _on_library_open(self, lib: GpuLibSample) -> None:
+        fd_path = f"/proc/{lib.pid}/fd/{lib.fd}"
         try:
-            fd_path = f"/proc/{lib.pid}/fd/{lib.fd}"
             # The fd names the file the process opened, whatever path or namespace it used.
-            self.attach_library(fd_path, os.readlink(fd_path))
-            self.learn_python(lib.pid)
+            shown = os.readlink(fd_path)
         except OSError:
             self._counts["vanished"] += 1  # exited (or closed the fd) before we looked
-        finally:
-            table = self._bpf[b"zt_gpu_known"]
-            key = table.Key()
-            raw = lib.path.encode()[:255]
-            ctypes.memmove(ctypes.addressof(key), raw, len(raw))
-            table[key] = ctypes.c_uint8(1)
-            if lib.stopped:
-                self._resume(lib.pid)
+        else:
+            # Known only once settled: after a failure the next opener is stopped again.
+            if self.attach_library(fd_path, shown):
+                self._mark_known(lib.path)
+            self.learn_python(lib.pid)
+        if lib.stopped:
+            self._resume(lib.pid)
+
+    def _mark_known(self, path: str) -> None:
+        """Opening *path* (spelt so) stops nobody from now on: it is attached, or hopeless."""
+        table = self._bpf[b"zt_gpu_known"]
+        key = table.Key()
+        raw = path.encode()[:255]
+        ctypes.memmove(ctypes.addressof(key), raw, len(raw))
+        table[key] = ctypes.c_uint8(1)
 
     def _resume(self, pid: int) -> None:
         try:
