@@ -161,8 +161,9 @@ _Static_assert(sizeof(struct zt_gpu_call_event) == 96 + 16 * ZT_PY_MAX_DEPTH,
  *       12    4 fd       what openat returned (the file is readable at /proc/pid/fd/fd)
  *       16    4 stopped  1 when SIGSTOP was sent: the loader must SIGCONT the process
  *       20    4 _pad
- *       24  256 path     as the program passed it (may be relative), NUL-terminated
- *      280               total
+ *       24    8 ts_ns    openat's return (CLOCK_MONOTONIC): where the pause starts
+ *       32  256 path     as the program passed it (may be relative), NUL-terminated
+ *      288               total
  */
 struct zt_gpu_lib_event {
 	u32 type;
@@ -171,9 +172,10 @@ struct zt_gpu_lib_event {
 	s32 fd;
 	u32 stopped;
 	u32 _pad;
+	u64 ts_ns;
 	char path[ZT_PATH_MAX];
 };
-_Static_assert(sizeof(struct zt_gpu_lib_event) == 280, "update probes/gpu_decode.py");
+_Static_assert(sizeof(struct zt_gpu_lib_event) == 288, "update probes/gpu_decode.py");
 
 struct zt_gpu_path {
 	char p[ZT_PATH_MAX];
@@ -394,6 +396,7 @@ static __always_inline int zt_gpu_open_exit(long ret)
 	ev->fd = (s32)ret;
 	ev->stopped = 0;
 	ev->_pad = 0;
+	ev->ts_ns = bpf_ktime_get_ns();
 	__builtin_memcpy(ev->path, name.path.p, sizeof(ev->path));
 	if (ZT_STOP_ON_OPEN && bpf_send_signal(ZT_SIGSTOP) == 0) {
 		ev->stopped = 1;

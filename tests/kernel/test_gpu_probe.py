@@ -209,6 +209,10 @@ def test_late_loaded_libraries_were_stopped_once_and_resumed(late_run: Run) -> N
     assert c["stops"] == 2 and c["resumed"] == 2 and c["libraries"] == 2
     assert c["lost"] == 0 and c["malformed"] == 0 and c["nested"] == 0
     assert c["python_processes"] == 1 and c.get("py_read_fail", 0) == 0
+    # Each stop lasted from the open to SIGCONT: attach work, well under a second here.
+    max_ms, total_ms = c["pause_ns_max"] / 1e6, c["pause_ns_total"] / 1e6
+    print(f"library-open pauses: max {max_ms:.1f} ms, total {total_ms:.1f} ms")
+    assert 0 < c["pause_ns_max"] < 1_000_000_000
 
 
 def test_a_library_probed_before_start_is_seen_by_a_new_process(

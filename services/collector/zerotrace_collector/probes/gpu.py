@@ -31,6 +31,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -42,6 +43,7 @@ from ..python_procs import PythonProcess, inspect
 from .bcc_loader import ProbeUnavailable, bcc_for, compile_program, first_line
 from .gpu_decode import (
     DEFAULT_PY_DEPTH,
+    GPU_APIS,
     GpuCallSample,
     GpuLibSample,
     MalformedEvent,
@@ -164,9 +166,16 @@ class GpuProbe:
         bpf = compile_program(bpf_class, self._source(), self.cflags(), self.source_path)
         try:
             bpf[EVENTS_MAP].open_ring_buffer(self._on_ring_event)
+            # bcc loads (verifies) a uprobe program at its first attach: done here, it is
+            # not paid while a process waits stopped at its library open (~8 ms each).
+            for api in GPU_APIS:
+                for edge in (b"zt_gpu_enter_", b"zt_gpu_return_"):
+                    bpf.load_func(edge + api.symbol.encode(), bpf_class.KPROBE)
         except Exception as exc:
             bpf.cleanup()
-            raise ProbeUnavailable(f"opening {EVENTS_MAP.decode()} failed: {exc}") from exc
+            raise ProbeUnavailable(
+                f"loading the uprobe programs failed: {first_line(exc)}"
+            ) from exc
         self._bpf = bpf
         for path in self.libraries:
             if self.attach_library(str(path)):
@@ -347,6 +356,10 @@ class GpuProbe:
             self.learn_python(lib.pid)
         if lib.stopped:
             self._resume(lib.pid)
+            # The pause the late-load design costs: from the open to SIGCONT.
+            pause = max(0, time.monotonic_ns() - lib.open_mono_ns)
+            self._counts["pause_ns_total"] += pause
+            self._counts["pause_ns_max"] = max(self._counts["pause_ns_max"], pause)
 
     def _mark_known(self, path: str) -> None:
         """Opening *path* (spelt so) stops nobody from now on: it is attached, or hopeless."""
@@ -384,7 +397,8 @@ class GpuProbe:
     def counters(self) -> dict[str, int]:
         """lost, inflight_full, nested, stops (kernel side); malformed, libraries,
         resumed, vanished, stack_missing, no_symbols, unreadable, deleted, attach_failed,
-        python_processes (made known to the frame walker)."""
+        python_processes (made known to the frame walker); pause_ns_total and
+        pause_ns_max: how long processes stayed stopped at a library open."""
         out = dict.fromkeys(
             ("malformed", "libraries", "resumed", "vanished", "stack_missing", "no_symbols",
              "unreadable", "deleted", "attach_failed", "python_processes"), 0
