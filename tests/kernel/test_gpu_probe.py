@@ -12,6 +12,7 @@ Needs root, bcc, kernel headers (scripts/setup-ebpf.sh), syscall tracepoints and
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import subprocess
@@ -75,10 +76,12 @@ def fake_cuda(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
     return build_fake_cuda(tmp_path_factory.mktemp("fake_cuda"))
 
 
-def run_app(feed: GpuFeed, lib_dir: Path, work: Path, calls: int) -> Run:
+def run_app(
+    feed: GpuFeed, lib_dir: Path, work: Path, calls: int, python: str = sys.executable
+) -> Run:
     go, truth_file, exit_file = work / "go", work / "truth.json", work / "exit"
     app = subprocess.Popen(
-        [sys.executable, str(APP), str(lib_dir), str(go), str(truth_file), str(exit_file)]
+        [python, str(APP), str(lib_dir), str(go), str(truth_file), str(exit_file)]
     )
     try:
         # Followed once its interpreter is up (libpython mapped), as a running program is:
@@ -310,3 +313,33 @@ def test_a_deleted_mapped_library_is_counted_not_fatal(fake_cuda: FakeCuda, tmp_
                 assert probe.notes == [note]
         finally:
             holder.kill()
+
+
+def other_pythons() -> list[str]:
+    """CPython 3.12/3.13 interpreters here ($ZEROTRACE_OTHER_PYTHON, .venv/other-python,
+    pyenv's), one per version."""
+    candidates = [os.environ.get("ZEROTRACE_OTHER_PYTHON", "")]
+    candidates += sorted(glob.glob(str(REPO / ".venv/other-python/bin/python3.1[23]")))
+    candidates += sorted(glob.glob("/root/.pyenv/versions/3.1[23].*/bin/python3.1[23]"))
+    found: dict[str, str] = {}
+    for c in candidates:
+        if c and os.access(c, os.X_OK):
+            found.setdefault(os.path.basename(os.path.realpath(c)), c)
+    return list(found.values())
+
+
+@pytest.mark.parametrize("python", other_pythons() or [None])
+def test_python_frames_under_another_cpython(
+    python: str | None, fake_cuda: FakeCuda, tmp_path: Path
+) -> None:
+    if python is None:
+        pytest.skip("no CPython 3.12/3.13 here (set ZEROTRACE_OTHER_PYTHON)")
+    feed = GpuFeed(GpuProbe(REPO / "bpf", follow=True), "node-test", 0, Symbolizer())
+    feed.attach()
+    try:
+        run = run_app(feed, fake_cuda.runtime.parent, tmp_path, 28, python)
+    finally:
+        feed.close()
+    assert [r.datum["api"] for r in run.records] == [t["api"] for t in run.truth]
+    for rec, truth in zip(run.records, run.truth, strict=True):
+        assert truth["func"] in python_function(rec.datum["frames"]), rec.datum["frames"]
