@@ -30,7 +30,11 @@ from tests.ebpf_required import require_ebpf
 
 require_ebpf("syscalls/sys_enter_openat")
 
-from tests.harness.fake_cuda.build import FakeCuda, build_fake_cuda  # noqa: E402
+from tests.harness.fake_cuda.build import (  # noqa: E402
+    FakeCuda,
+    build_fake_cuda,
+    build_nested_runtime,
+)
 from zerotrace import names  # noqa: E402
 from zerotrace.codec import AvroCodec  # noqa: E402
 from zerotrace_collector.feeds import RawRecord  # noqa: E402
@@ -343,3 +347,52 @@ def test_python_frames_under_another_cpython(
     assert [r.datum["api"] for r in run.records] == [t["api"] for t in run.truth]
     for rec, truth in zip(run.records, run.truth, strict=True):
         assert truth["func"] in python_function(rec.datum["frames"]), rec.datum["frames"]
+
+
+NESTED_APP = """
+import ctypes, sys
+sys.stdin.readline()
+lib = ctypes.CDLL(sys.argv[1])
+out = []
+for mib in (1, 2, 3):
+    p = ctypes.c_void_p()
+    assert lib.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(mib << 20)) == 0
+    out.append(p.value)
+print(*out, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_runtime_call_that_enters_the_driver_is_reported_once(
+    fake_cuda: FakeCuda, tmp_path: Path
+) -> None:
+    """NVIDIA's cudaMalloc allocates through libcuda: only the outer call is a record."""
+    runtime = build_nested_runtime(tmp_path / "nested", fake_cuda.driver)
+    feed = GpuFeed(GpuProbe(REPO / "bpf", follow=True), "node-test", 0, Symbolizer())
+    feed.attach()
+    try:
+        with subprocess.Popen(
+            [sys.executable, "-c", NESTED_APP, str(runtime)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        ) as app:
+            assert app.stdin is not None and app.stdout is not None
+            feed.probe.follow_pid(app.pid)
+            app.stdin.write(b"go\n")
+            app.stdin.flush()
+            records: list[RawRecord] = []
+            deadline = time.monotonic() + 20
+            while len(records) < 3 and time.monotonic() < deadline:
+                records += feed.poll(50)  # also resumes the app at each library open
+            addresses = [int(a) for a in app.stdout.readline().split()]
+            records += feed.poll(100)
+            app.stdin.write(b"done\n")
+            app.stdin.flush()
+        counters = feed.counters()
+    finally:
+        feed.close()
+    assert [(r.datum["api"], r.datum["address"], r.datum["size"]) for r in records] == [
+        ("cudaMalloc", addr, mib << 20) for addr, mib in zip(addresses, (1, 2, 3), strict=True)
+    ]
+    # Both files are opened by one dlopen (libcuda as a DT_NEEDED): two stops, two resumes.
+    assert counters["nested"] == 3 and counters["stops"] == counters["resumed"] == 2

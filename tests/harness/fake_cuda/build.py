@@ -39,3 +39,22 @@ def build_fake_cuda(out_dir: Path) -> FakeCuda:
             raise RuntimeError(f"building {name} failed: {done.stderr.strip()[:300]}")
         built[name] = target
     return FakeCuda(runtime=built[RUNTIME_NAME], driver=built[DRIVER_NAME])
+
+
+def build_nested_runtime(out_dir: Path, driver: Path) -> Path:
+    """A ``libcudart.so.12`` whose cudaMalloc allocates through *driver*'s cuMemAlloc_v2
+    (as NVIDIA's runtime does), linked to it by path; built into *out_dir*."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise RuntimeError("no C compiler (gcc/cc) on PATH")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / RUNTIME_NAME
+    cmd = [cc, "-DZT_FAKE_NESTED", "-shared", "-fPIC", "-O2", "-fno-omit-frame-pointer", "-Wall"]
+    cmd += ["-Werror", f"-Wl,-soname,{RUNTIME_NAME}", "-o", str(target), str(SOURCE)]
+    cmd += [f"-L{driver.parent}", f"-l:{driver.name}", f"-Wl,-rpath,{driver.parent}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"building the nested {RUNTIME_NAME} failed: {done.stderr.strip()[:300]}"
+        )
+    return target

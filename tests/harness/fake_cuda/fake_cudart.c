@@ -54,10 +54,27 @@ static inline cudaError_t alloc_into(void **devPtr, size_t size)
 	return cudaSuccess;
 }
 
+#ifdef ZT_FAKE_NESTED
+/*
+ * Like NVIDIA's runtime, allocate through the driver (linked against libcuda.so.1): the
+ * probe must report the outer cudaMalloc only, not the cuMemAlloc_v2 inside it.
+ */
+extern int cuMemAlloc_v2(unsigned long long *dptr, size_t bytesize);
+
+ZT_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+	unsigned long long dptr = 0;
+	if (!devPtr || cuMemAlloc_v2(&dptr, size) != 0)
+		return cudaErrorInvalidValue;
+	*devPtr = (void *)(uintptr_t)dptr;
+	return cudaSuccess;
+}
+#else
 ZT_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
 	return alloc_into(devPtr, size);
 }
+#endif
 
 ZT_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)
 {
