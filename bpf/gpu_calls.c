@@ -127,9 +127,13 @@
  *       56    4 stack_id  user stack in zt_gpu_stacks, or -errno when it was not taken
  *       60    4 _pad
  *       64   16 comm
- *       80      py       struct zt_py_stack (python_stack.h): status, depth, truncated,
+ *       80    8 caller    return address at entry ([rsp]): the immediate caller, which a
+ *                         frame-pointer walk from a function's first instruction skips
+ *                         (rbp still frames the caller, so the walk's next address is the
+ *                         caller's own return address)
+ *       88      py       struct zt_py_stack (python_stack.h): status, depth, truncated,
  *                        reserved (u32 each), code[ZT_PY_MAX_DEPTH], instr[ZT_PY_MAX_DEPTH]
- *    96 + 16 * ZT_PY_MAX_DEPTH total
+ *   104 + 16 * ZT_PY_MAX_DEPTH total
  */
 struct zt_gpu_call_event {
 	u32 type;
@@ -144,11 +148,12 @@ struct zt_gpu_call_event {
 	s32 stack_id;
 	u32 _pad;
 	char comm[ZT_COMM_LEN];
+	u64 caller;
 	struct zt_py_stack py;
 };
-_Static_assert(__builtin_offsetof(struct zt_gpu_call_event, py) == 80,
+_Static_assert(__builtin_offsetof(struct zt_gpu_call_event, py) == 88,
 	       "update probes/gpu_decode.py");
-_Static_assert(sizeof(struct zt_gpu_call_event) == 96 + 16 * ZT_PY_MAX_DEPTH,
+_Static_assert(sizeof(struct zt_gpu_call_event) == 104 + 16 * ZT_PY_MAX_DEPTH,
 	       "update probes/gpu_decode.py");
 
 /*
@@ -187,6 +192,7 @@ struct zt_gpu_inflight {
 	u64 size;
 	u32 api;
 	s32 stack_id;
+	u64 caller;
 	struct zt_py_stack py; /* taken at entry: at return the frames may have moved on */
 };
 
@@ -250,6 +256,8 @@ static __always_inline int zt_gpu_enter(struct pt_regs *ctx, u32 api, u32 kind)
 	}
 	/* At entry the registers are the caller's: the stack unwinds from here. */
 	c->stack_id = zt_gpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);
+	c->caller = 0;
+	bpf_probe_read_user(&c->caller, sizeof(c->caller), (void *)PT_REGS_SP(ctx));
 	zt_python_stack(id >> 32, tid, &c->py);
 	if (zt_gpu_inflight.update(&tid, c) != 0)
 		zt_gpu_stat_inc(ZT_STAT_INFLIGHT_FULL);
@@ -290,6 +298,7 @@ static __always_inline int zt_gpu_return(struct pt_regs *ctx, u32 api, u32 kind)
 	}
 	ev->stack_id = c->stack_id;
 	ev->_pad = 0;
+	ev->caller = c->caller;
 	bpf_probe_read_kernel(&ev->py, sizeof(ev->py), &c->py);
 	zt_gpu_inflight.delete(&tid);
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));

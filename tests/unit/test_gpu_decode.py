@@ -28,7 +28,7 @@ pytestmark = pytest.mark.unit
 
 U32 = st.integers(0, 2**32 - 1)
 U64 = st.integers(0, 2**64 - 1)
-CALL = struct.Struct("<IIIIQQQQqiI16s")
+CALL = struct.Struct("<IIIIQQQQqiI16sQ")
 LIB = struct.Struct("<IIIiIIQ256s")
 DEPTH = 48
 
@@ -45,7 +45,7 @@ def py_section(
 def call_bytes(
     api: int = 1, start: int = 10, end: int = 20, comm: bytes = b"python\0", py: bytes = b""
 ) -> bytes:
-    head = CALL.pack(ZT_EVENT_GPU_CALL, 7, 8, api, start, end, 0x7D00, 4096, -2, 5, 0, comm)
+    head = CALL.pack(ZT_EVENT_GPU_CALL, 7, 8, api, start, end, 0x7D00, 4096, -2, 5, 0, comm, 0x4242)
     return head + (py or py_section())
 
 
@@ -62,6 +62,7 @@ def test_a_call_record_decodes_every_field() -> None:
         result=-2,
         stack_id=5,
         comm="python",
+        caller=0x4242,
     )
 
 
@@ -70,8 +71,8 @@ def test_python_frames_travel_leaf_first_with_their_status() -> None:
     sample = decode_gpu_event(call_bytes(py=py_section(frames, status=PyStatus.OK)))
     assert isinstance(sample, GpuCallSample)
     assert sample.py_status is PyStatus.OK and sample.py_frames == tuple(frames)
-    assert call_size(DEPTH) == 80 + 16 + 16 * DEPTH == 864
-    small = CALL.pack(ZT_EVENT_GPU_CALL, 1, 1, 6, 0, 0, 0, 0, 0, -14, 0, b"\0")
+    assert call_size(DEPTH) == 88 + 16 + 16 * DEPTH == 872
+    small = CALL.pack(ZT_EVENT_GPU_CALL, 1, 1, 6, 0, 0, 0, 0, 0, -14, 0, b"\0", 0)
     small += struct.pack("<IIII4Q4Q", 1, 1, 1, 0, 0xAB, 0, 0, 0, 0xCD, 0, 0, 0)
     got = decode_gpu_event(small, py_depth=4)
     assert isinstance(got, GpuCallSample) and got.py_frames == ((0xAB, 0xCD),) and got.py_truncated
@@ -84,17 +85,17 @@ def test_a_library_record_decodes_path_and_stop_flag() -> None:
 
 def test_ring_buffer_padding_is_accepted_but_not_more() -> None:
     assert isinstance(decode_gpu_event(call_bytes() + b"\0" * 7), GpuCallSample)
-    with pytest.raises(MalformedEvent, match="expected 864"):
+    with pytest.raises(MalformedEvent, match="expected 872"):
         decode_gpu_event(call_bytes() + b"\0" * 8)
-    with pytest.raises(MalformedEvent, match="expected 864"):
-        decode_gpu_event(call_bytes()[:863])
+    with pytest.raises(MalformedEvent, match="expected 872"):
+        decode_gpu_event(call_bytes()[:871])
 
 
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
         (b"\x10\0", "too short"),
-        (struct.pack("<I", 0x42) + bytes(76), "wrong type tag 0x42"),
+        (struct.pack("<I", 0x42) + bytes(84), "wrong type tag 0x42"),
         (call_bytes(api=99), "unknown GPU api id 99"),
         (call_bytes(start=30, end=20), "precedes"),
         (call_bytes(comm=b"x" * 16), "not NUL-terminated"),
@@ -135,7 +136,7 @@ def test_call_fields_round_trip(
     pid: int, tid: int, api: int, start: int, address: int, size: int, stack: int
 ) -> None:
     raw = CALL.pack(
-        ZT_EVENT_GPU_CALL, pid, tid, api, start, start, address, size, 0, stack, 0, b"\0"
+        ZT_EVENT_GPU_CALL, pid, tid, api, start, start, address, size, 0, stack, 0, b"\0", 0
     )
     sample = decode_gpu_event(raw + py_section())
     assert isinstance(sample, GpuCallSample)

@@ -377,16 +377,19 @@ class GpuProbe:
             self._counts["vanished"] += 1
 
     def user_stack(self, call: GpuCallSample) -> list[int]:
-        """The calling user stack's addresses, leaf first (the API's own entry first);
-        empty when none was taken (counted as stack_missing)."""
-        if call.stack_id < 0 or self._bpf is None:
+        """The calling user stack's addresses, leaf first: the API's own entry, its
+        immediate caller (read at entry), then what the frame-pointer walk found past it.
+        Empty when no stack was taken (counted as stack_missing)."""
+        walked: list[int] = []
+        if call.stack_id >= 0 and self._bpf is not None:
+            with contextlib.suppress(KeyError):
+                walked = [int(a) for a in self._bpf[b"zt_gpu_stacks"].walk(call.stack_id)]
+        if not walked:
             self._counts["stack_missing"] += 1
             return []
-        try:
-            return [int(a) for a in self._bpf[b"zt_gpu_stacks"].walk(call.stack_id)]
-        except KeyError:
-            self._counts["stack_missing"] += 1
-            return []
+        if call.caller and (len(walked) < 2 or walked[1] != call.caller):
+            walked.insert(1, call.caller)
+        return walked
 
     def _stats(self) -> dict[str, int]:
         if self._bpf is None:

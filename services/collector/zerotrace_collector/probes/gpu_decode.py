@@ -15,8 +15,9 @@ Two records share the buffer, told apart by their leading u32 type tag::
      56  s32 stack_id user stack, < 0 = none
      60  u32 _pad
      64  char comm[16]
-     80  struct zt_py_stack: u32 status, depth, truncated, reserved;
-         u64 code[D], u64 instr[D]   (D = ZT_PY_MAX_DEPTH; 96 + 16*D bytes in all)
+     80  u64 caller   return address at entry: the immediate caller
+     88  struct zt_py_stack: u32 status, depth, truncated, reserved;
+         u64 code[D], u64 instr[D]   (D = ZT_PY_MAX_DEPTH; 104 + 16*D bytes in all)
 """
 
 from __future__ import annotations
@@ -46,13 +47,13 @@ __all__ = [
 
 ZT_EVENT_GPU_CALL: Final = 0x10
 ZT_EVENT_GPU_LIB: Final = 0x11
-CALL_STRUCT: Final = struct.Struct("<IIIIQQQQqiI16s")
+CALL_STRUCT: Final = struct.Struct("<IIIIQQQQqiI16sQ")
 PY_HEAD: Final = struct.Struct("<IIII")  # status, depth, truncated, reserved
 DEFAULT_PY_DEPTH: Final = 48
 LIB_STRUCT: Final = struct.Struct("<IIIiIIQ256s")
 _MAX_TRAILING: Final = 7  # ring-buffer records may be padded to 8 bytes
 
-if CALL_STRUCT.size != 80 or LIB_STRUCT.size != 288:  # pragma: no cover - layout guard
+if CALL_STRUCT.size != 88 or LIB_STRUCT.size != 288:  # pragma: no cover - layout guard
     raise ImportError("GPU event layouts drifted from bpf/gpu_calls.c")
 
 RawEvent: TypeAlias = bytes | bytearray | memoryview
@@ -123,6 +124,8 @@ class GpuCallSample:
     stack_id: int
     """Id in the probe's user stack table; negative (-errno) when none was taken."""
     comm: str
+    caller: int = 0
+    """The return address at the API's entry (its immediate caller); 0 when unreadable."""
     py_status: PyStatus = PyStatus.NONE
     py_frames: tuple[tuple[int, int], ...] = ()
     """(code object, instruction pointer) of the calling Python frames, leaf first; code 0
@@ -171,7 +174,7 @@ def decode_gpu_event(buf: RawEvent, py_depth: int = DEFAULT_PY_DEPTH) -> GpuSamp
     (tag,) = struct.unpack_from("<I", buf, 0)
     if tag == ZT_EVENT_GPU_CALL:
         _check_size(buf, call_size(py_depth), "gpu call")
-        _, pid, tid, api_id, start, end, address, size, result, stack_id, _, comm = (
+        _, pid, tid, api_id, start, end, address, size, result, stack_id, _, comm, caller = (
             CALL_STRUCT.unpack_from(buf, 0)
         )
         api = _BY_ID.get(api_id)
@@ -196,6 +199,7 @@ def decode_gpu_event(buf: RawEvent, py_depth: int = DEFAULT_PY_DEPTH) -> GpuSamp
             result,
             stack_id,
             _cstr(comm, "comm"),
+            caller,
             PyStatus(status),
             tuple(zip(codes, instrs, strict=True)),
             bool(truncated),
