@@ -69,7 +69,9 @@ class Service:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=30)
+            # Detaching eBPF probes waits for RCU grace periods, ~0.1 s per probe on an idle
+            # machine and many times that on a loaded one (a collector has dozens).
+            return self.proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return -9

@@ -74,4 +74,6 @@ def profiling_feeds(
 def follow(feeds: list[Any], pid: int) -> None:
     """After attaching: profile pid and what it starts from now on."""
     for feed in feeds:
-        feed.follow_pid(pid)
+        # A feed that knows more than its probe (the profile feed tells the Python walker
+        # about the process at once) follows itself; the others leave it to the probe.
+        getattr(feed, "follow_pid", feed.probe.follow_pid)(pid)

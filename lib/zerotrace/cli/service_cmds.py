@@ -38,6 +38,7 @@ def register(sub: Any) -> None:
         help="TCP traffic on this port (repeatable)",
     )
     p.add_argument("--no-files", action="store_true", help="do not trace file opens")
+    p.add_argument("--no-sockets", action="store_true", help="do not capture TCP traffic")
     p.add_argument("--no-tls", action="store_true", help="do not attach the TLS uprobes")
     p.add_argument("--duration", type=float, default=0, help="stop after this many seconds")
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
@@ -112,7 +113,7 @@ def collector(args: argparse.Namespace) -> int:
     offset = monotonic_to_epoch_offset_ns()
     feeds: list[Any] = []
     socket_probe = None
-    if args.pid or args.port:
+    if (args.pid or args.port) and not args.no_sockets:
         socket_probe = SocketProbe(
             BPF_DIR,
             follow=bool(args.pid),
@@ -121,7 +122,7 @@ def collector(args: argparse.Namespace) -> int:
             libssl=None if args.no_tls else find_libssl(),
         )
         feeds.append(SocketFeed(socket_probe, common.node_id, offset))
-    else:
+    elif not args.no_sockets:
         say("socket capture off: give --pid or --port (unfiltered it would see Kafka's traffic)")
     if not args.no_files:
         feeds.append(
