@@ -19,8 +19,11 @@
  * CUDA library fd, the process gets SIGSTOP (bpf_send_signal: it takes effect before
  * the thread returns to user space, so the library is not mapped yet); the loader
  * attaches uprobes to the opened file, marks the path known (zt_gpu_known) and sends
- * SIGCONT. Cost: a pause of a few ms, once per library path (not per process: the
- * uprobes are inode-wide, and a known path is never stopped for again). Caveats: a
+ * SIGCONT. Cost: a pause of a few ms, once per library path and cgroup (not per process:
+ * the uprobes are inode-wide, and a known path is never stopped for again). The cgroup is
+ * part of the key because the same path names another file in a container's mount
+ * namespace, and the cgroup id is what a BPF program can tell a container by without
+ * reading kernel structs. Caveats: a
  * parent waiting with WUNTRACED sees the stop; if the collector dies between stop and
  * continue, the process stays stopped until someone sends SIGCONT.
  *
@@ -167,8 +170,9 @@ _Static_assert(sizeof(struct zt_gpu_call_event) == 104 + 16 * ZT_PY_MAX_DEPTH,
  *       16    4 stopped  1 when SIGSTOP was sent: the loader must SIGCONT the process
  *       20    4 _pad
  *       24    8 ts_ns    openat's return (CLOCK_MONOTONIC): where the pause starts
- *       32  256 path     as the program passed it (may be relative), NUL-terminated
- *      288               total
+ *       32    8 cgroup_id the opener's cgroup v2 id (half of the zt_gpu_known key)
+ *       40  256 path     as the program passed it (may be relative), NUL-terminated
+ *      296               total
  */
 struct zt_gpu_lib_event {
 	u32 type;
@@ -178,11 +182,14 @@ struct zt_gpu_lib_event {
 	u32 stopped;
 	u32 _pad;
 	u64 ts_ns;
+	u64 cgroup_id;
 	char path[ZT_PATH_MAX];
 };
-_Static_assert(sizeof(struct zt_gpu_lib_event) == 288, "update probes/gpu_decode.py");
+_Static_assert(sizeof(struct zt_gpu_lib_event) == 296, "update probes/gpu_decode.py");
 
+/* zt_gpu_known's key; written by the loader too (probes/gpu.py, _mark_known). */
 struct zt_gpu_path {
+	u64 cgroup_id;
 	char p[ZT_PATH_MAX];
 };
 
@@ -204,7 +211,7 @@ BPF_HASH(zt_gpu_inflight, u32, struct zt_gpu_inflight, ZT_MAX_INFLIGHT);
 BPF_PERCPU_ARRAY(zt_gpu_scratch, struct zt_gpu_inflight, 1);
 /* tid -> user filename pointer of a read-only openat in progress */
 BPF_HASH(zt_gpu_opening, u32, u64, ZT_MAX_INFLIGHT);
-/* Library paths (as programs spell them) already attached: opening them stops nobody. */
+/* (cgroup, library path as programs spell it) already attached: opening it stops nobody. */
 BPF_HASH(zt_gpu_known, struct zt_gpu_path, u8, 1024);
 BPF_HASH(zt_gpu_follow, u32, u8, 16384);
 
@@ -391,6 +398,7 @@ static __always_inline int zt_gpu_open_exit(long ret)
 	struct zt_gpu_name name = {};
 	if (bpf_probe_read_user_str(name.path.p, sizeof(name.path.p), (void *)filename) <= 0)
 		return 0;
+	name.path.cgroup_id = bpf_get_current_cgroup_id();
 	if (!zt_gpu_is_cuda_name(&name) || zt_gpu_known.lookup(&name.path))
 		return 0;
 	struct zt_gpu_lib_event *ev = zt_gpu_events.ringbuf_reserve(sizeof(*ev));
@@ -406,6 +414,7 @@ static __always_inline int zt_gpu_open_exit(long ret)
 	ev->stopped = 0;
 	ev->_pad = 0;
 	ev->ts_ns = bpf_ktime_get_ns();
+	ev->cgroup_id = name.path.cgroup_id;
 	__builtin_memcpy(ev->path, name.path.p, sizeof(ev->path));
 	if (ZT_STOP_ON_OPEN && bpf_send_signal(ZT_SIGSTOP) == 0) {
 		ev->stopped = 1;

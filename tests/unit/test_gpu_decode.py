@@ -29,7 +29,7 @@ pytestmark = pytest.mark.unit
 U32 = st.integers(0, 2**32 - 1)
 U64 = st.integers(0, 2**64 - 1)
 CALL = struct.Struct("<IIIIQQQQqiI16sQ")
-LIB = struct.Struct("<IIIiIIQ256s")
+LIB = struct.Struct("<IIIiIIQQ256s")
 DEPTH = 48
 
 
@@ -79,8 +79,9 @@ def test_python_frames_travel_leaf_first_with_their_status() -> None:
 
 
 def test_a_library_record_decodes_path_and_stop_flag() -> None:
-    raw = LIB.pack(ZT_EVENT_GPU_LIB, 7, 9, 3, 1, 0, 55, b"/opt/cuda/libcudart.so.12\0")
-    assert decode_gpu_event(raw) == GpuLibSample(7, 9, 3, True, "/opt/cuda/libcudart.so.12", 55)
+    raw = LIB.pack(ZT_EVENT_GPU_LIB, 7, 9, 3, 1, 0, 55, 66, b"/opt/cuda/libcudart.so.12\0")
+    want = GpuLibSample(7, 9, 3, True, "/opt/cuda/libcudart.so.12", 55, 66)
+    assert decode_gpu_event(raw) == want
 
 
 def test_ring_buffer_padding_is_accepted_but_not_more() -> None:

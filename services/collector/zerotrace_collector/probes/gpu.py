@@ -177,9 +177,10 @@ class GpuProbe:
                 f"loading the uprobe programs failed: {first_line(exc)}"
             ) from exc
         self._bpf = bpf
+        # Explicit libraries are not marked known: which cgroups will open them is unknown,
+        # so each cgroup's first opener is stopped once (briefly: the file is attached).
         for path in self.libraries:
-            if self.attach_library(str(path)):
-                self._mark_known(str(path))
+            self.attach_library(str(path))
         if self.scan_proc:
             pids = [self.pid_filter] if self.pid_filter else _all_pids()
             for pid in pids:
@@ -197,6 +198,7 @@ class GpuProbe:
         libs = cuda_libraries_in_maps(maps)
         if libs:
             self.learn_python(pid)
+        cgroup = _cgroup_v2_id(pid)
         for lib in libs:
             if lib.deleted:
                 self._note(
@@ -205,7 +207,8 @@ class GpuProbe:
                 continue
             # Through the process's root, so a library in a container's file system is found.
             if self.attach_library(f"/proc/{pid}/root{lib.path}", lib.path):
-                self._mark_known(lib.path)
+                if cgroup is not None:
+                    self._mark_known(lib.path, cgroup)
                 settled += 1
         return settled
 
@@ -352,7 +355,7 @@ class GpuProbe:
         else:
             # Known only once settled: after a failure the next opener is stopped again.
             if self.attach_library(fd_path, shown):
-                self._mark_known(lib.path)
+                self._mark_known(lib.path, lib.cgroup_id)
             self.learn_python(lib.pid)
         if lib.stopped:
             self._resume(lib.pid)
@@ -361,12 +364,14 @@ class GpuProbe:
             self._counts["pause_ns_total"] += pause
             self._counts["pause_ns_max"] = max(self._counts["pause_ns_max"], pause)
 
-    def _mark_known(self, path: str) -> None:
-        """Opening *path* (spelt so) stops nobody from now on: it is attached, or hopeless."""
+    def _mark_known(self, path: str, cgroup_id: int) -> None:
+        """Opening *path* (spelt so) in that cgroup stops nobody from now on: the file it
+        names there is attached, or hopeless."""
         table = self._bpf[b"zt_gpu_known"]
         key = table.Key()
+        key.cgroup_id = cgroup_id
         raw = path.encode()[:255]
-        ctypes.memmove(ctypes.addressof(key), raw, len(raw))
+        ctypes.memmove(ctypes.addressof(key) + 8, raw, len(raw))  # p follows the u64
         table[key] = ctypes.c_uint8(1)
 
     def _resume(self, pid: int) -> None:
@@ -409,6 +414,17 @@ class GpuProbe:
         out.update(self._counts)
         out.update(self._stats())
         return out
+
+
+def _cgroup_v2_id(pid: int) -> int | None:
+    """What bpf_get_current_cgroup_id() returns for *pid*: its cgroup v2 directory's inode."""
+    try:
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                return os.stat("/sys/fs/cgroup" + line[3:]).st_ino
+    except OSError:
+        return None
+    return None
 
 
 def _all_pids() -> list[int]:

@@ -2,7 +2,7 @@
 
 Two records share the buffer, told apart by their leading u32 type tag::
 
-    zt_gpu_call_event (0x10)                   zt_gpu_lib_event (0x11), 288 bytes
+    zt_gpu_call_event (0x10)                   zt_gpu_lib_event (0x11), 296 bytes
       0  u32 type                                0  u32 type
       4  u32 pid (tgid)                          4  u32 pid
       8  u32 tid                                 8  u32 tid
@@ -50,10 +50,10 @@ ZT_EVENT_GPU_LIB: Final = 0x11
 CALL_STRUCT: Final = struct.Struct("<IIIIQQQQqiI16sQ")
 PY_HEAD: Final = struct.Struct("<IIII")  # status, depth, truncated, reserved
 DEFAULT_PY_DEPTH: Final = 48
-LIB_STRUCT: Final = struct.Struct("<IIIiIIQ256s")
+LIB_STRUCT: Final = struct.Struct("<IIIiIIQQ256s")
 _MAX_TRAILING: Final = 7  # ring-buffer records may be padded to 8 bytes
 
-if CALL_STRUCT.size != 88 or LIB_STRUCT.size != 288:  # pragma: no cover - layout guard
+if CALL_STRUCT.size != 88 or LIB_STRUCT.size != 296:  # pragma: no cover - layout guard
     raise ImportError("GPU event layouts drifted from bpf/gpu_calls.c")
 
 RawEvent: TypeAlias = bytes | bytearray | memoryview
@@ -144,6 +144,7 @@ class GpuLibSample:
     path: str
     open_mono_ns: int = 0
     """When openat returned (CLOCK_MONOTONIC): a stopped process is paused from then on."""
+    cgroup_id: int = 0
 
 
 GpuSample: TypeAlias = GpuCallSample | GpuLibSample
@@ -206,6 +207,6 @@ def decode_gpu_event(buf: RawEvent, py_depth: int = DEFAULT_PY_DEPTH) -> GpuSamp
         )
     if tag == ZT_EVENT_GPU_LIB:
         _check_size(buf, LIB_STRUCT.size, "gpu lib")
-        _, pid, tid, fd, stopped, _, ts, path = LIB_STRUCT.unpack_from(buf, 0)
-        return GpuLibSample(pid, tid, fd, bool(stopped), _cstr(path, "path"), ts)
+        _, pid, tid, fd, stopped, _, ts, cgroup, path = LIB_STRUCT.unpack_from(buf, 0)
+        return GpuLibSample(pid, tid, fd, bool(stopped), _cstr(path, "path"), ts, cgroup)
     raise MalformedEvent(f"wrong type tag {tag:#x} for the GPU probe")
