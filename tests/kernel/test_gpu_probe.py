@@ -396,3 +396,64 @@ def test_a_runtime_call_that_enters_the_driver_is_reported_once(
     ]
     # Both files are opened by one dlopen (libcuda as a DT_NEEDED): two stops, two resumes.
     assert counters["nested"] == 3 and counters["stops"] == counters["resumed"] == 2
+
+
+THREADED_APP = """
+import ctypes, sys, threading
+sys.stdin.readline()
+lib = ctypes.CDLL(sys.argv[1])
+tids = {}
+
+def alloc(name, mib):
+    p = ctypes.c_void_p()
+    assert lib.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(mib << 20)) == 0
+    tids[name] = threading.get_native_id()
+
+def worker_alloc():
+    alloc("worker_alloc", 5)
+
+def main_alloc():
+    alloc("main_alloc", 2)
+
+t = threading.Thread(target=worker_alloc)
+t.start()
+t.join()
+main_alloc()
+print(tids["worker_alloc"], tids["main_alloc"], flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_calls_from_two_threads_carry_each_thread_and_its_python_caller(
+    fake_cuda: FakeCuda,
+) -> None:
+    feed = GpuFeed(GpuProbe(REPO / "bpf", follow=True), "node-test", 0, Symbolizer())
+    feed.attach()
+    try:
+        with subprocess.Popen(
+            [sys.executable, "-c", THREADED_APP, str(fake_cuda.runtime)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        ) as app:
+            assert app.stdin is not None and app.stdout is not None
+            deadline = time.monotonic() + 10
+            while inspect(app.pid) is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            feed.probe.follow_pid(app.pid)
+            app.stdin.write(b"go\n")
+            app.stdin.flush()
+            records: list[RawRecord] = []
+            while len(records) < 2 and time.monotonic() < deadline + 10:
+                records += feed.poll(50)
+            worker_tid, main_tid = (int(t) for t in app.stdout.readline().split())
+            app.stdin.write(b"done\n")
+            app.stdin.flush()
+    finally:
+        feed.close()
+    worker, main = (r.datum for r in records)
+    assert (worker["tid"], worker["size"]) == (worker_tid, 5 * MIB) and worker_tid != app.pid
+    assert (main["tid"], main["size"]) == (main_tid, 2 * MIB) and main_tid == app.pid
+    assert worker["frames"][0] == f"thread:{worker_tid}"
+    assert python_function(worker["frames"])[-2:] == ["worker_alloc", "alloc"]
+    assert python_function(main["frames"])[-3:] == ["<module>", "main_alloc", "alloc"]
