@@ -31,6 +31,8 @@
  *   ZT_PAYLOAD_MAX      payload bytes captured per call (power of two, 64..32768)
  *   ZT_MAX_IOV          iovecs copied from for readv/writev/recvmsg/sendmsg
  *   ZT_RINGBUF_PAGES    ring buffer size in pages (power of two)
+ *   ZT_WAKEUP_BYTES     wake the reader once this many bytes were written since the last
+ *                       wake-up (it also drains on its own timed polls)
  *   ZT_MAX_INFLIGHT     max threads concurrently inside a traced call
  *   ZT_MAX_SOCKETS      max tracked (pid, fd)
  *   ZT_CAPTURE_TLS      1 = include tls.c
@@ -57,6 +59,9 @@
 #endif
 #ifndef ZT_RINGBUF_PAGES
 #define ZT_RINGBUF_PAGES 4096
+#endif
+#ifndef ZT_WAKEUP_BYTES
+#define ZT_WAKEUP_BYTES (ZT_RINGBUF_PAGES * 4096 / 16)
 #endif
 #ifndef ZT_MAX_INFLIGHT
 #define ZT_MAX_INFLIGHT 10240
@@ -151,6 +156,29 @@ BPF_ARRAY(zt_socket_scratch, struct zt_sock_data_scratch, ZT_NR_CPUS);
 BPF_PERCPU_ARRAY(zt_socket_call_scratch, struct zt_sys_call, 1);
 BPF_ARRAY(zt_socket_stats, u64, ZT_STAT_NR);
 BPF_RINGBUF_OUTPUT(zt_socket_events, ZT_RINGBUF_PAGES);
+BPF_ARRAY(zt_socket_unwoken, u64, 1); /* bytes written since the reader was last woken */
+
+/*
+ * A wake-up per event makes the observed thread, inside its syscall, wake the reader: an IPI
+ * or a trip through the scheduler on every read and write of the server, which showed in its
+ * p99 TTFT. The reader drains on its timed polls anyway (every 50-100 ms), so it is woken
+ * only when a sixteenth of the ring has filled since the last time. The count is not atomic
+ * across CPUs: a lost add only moves a wake-up a little.
+ */
+static __always_inline u64 zt_wakeup_flag(u64 size)
+{
+	int zero = 0;
+	u64 *unwoken = zt_socket_unwoken.lookup(&zero);
+	if (!unwoken)
+		return 0;
+	u64 total = *unwoken + size;
+	if (total < ZT_WAKEUP_BYTES) {
+		*unwoken = total;
+		return BPF_RB_NO_WAKEUP;
+	}
+	*unwoken = 0;
+	return BPF_RB_FORCE_WAKEUP;
+}
 
 static __always_inline void zt_stat_inc(int idx)
 {
@@ -282,7 +310,8 @@ static __always_inline void zt_emit_data(u32 tgid, u32 tid, s32 fd, u64 start_ns
 	if (n > ZT_PAYLOAD_MAX)
 		n = ZT_PAYLOAD_MAX;
 	ev->hdr.payload_len = (u32)n;
-	if (zt_socket_events.ringbuf_output(ev, sizeof(ev->hdr) + n, 0) != 0)
+	u64 size = sizeof(ev->hdr) + n;
+	if (zt_socket_events.ringbuf_output(ev, size, zt_wakeup_flag(size)) != 0)
 		zt_stat_inc(ZT_STAT_LOST);
 }
 
@@ -434,7 +463,7 @@ static __always_inline void zt_emit_conn(u32 tgid, u32 tid, struct zt_sys_call *
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
 	__builtin_memcpy(ev->addr, st->addr, sizeof(ev->addr));
 	__builtin_memset(ev->_pad2, 0, sizeof(ev->_pad2));
-	zt_socket_events.ringbuf_submit(ev, 0);
+	zt_socket_events.ringbuf_submit(ev, zt_wakeup_flag(sizeof(*ev)));
 }
 
 static __always_inline int zt_track(u32 tgid, s32 fd, u16 family, u8 origin, u64 now)

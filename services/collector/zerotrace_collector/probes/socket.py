@@ -410,6 +410,7 @@ class SocketProbe:
         if self._bpf is None:
             raise RuntimeError("poll() before attach()")
         self._bpf.ring_buffer_poll(timeout=timeout_ms)
+        self._bpf.ring_buffer_consume()  # what came without a wake-up (see socket.c)
         out, self._pending = self._pending, []
         now = time.monotonic()
         if now - self._last_sweep > _SWEEP_EVERY_S:
