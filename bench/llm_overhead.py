@@ -12,8 +12,8 @@ figures are the means over rounds of each mode.
 Targets: under 5 % throughput loss and under 1 ms added p99 TTFT. Also checks that zerotrace
 produced one LLM record per measured request.
 
-Run (root, for eBPF): .venv/bin/python -m bench.llm_overhead [--requests 200 --concurrency 16
-    --rounds 2]
+Run (root, for eBPF): .venv/bin/python -m bench.llm_overhead [--requests 600 --concurrency 16
+    --rounds 4]
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ TARGET_LOSS_PCT = 5.0
 TARGET_ADDED_P99_MS = 1.0
 STARTUP_TIMEOUT_S = 120  # the bcc compile takes tens of seconds on a busy 2-core machine
 CATCH_UP_TIMEOUT_S = 30
+SETTLE_S = 3.0
 
 
 @dataclass
@@ -166,6 +167,7 @@ def run_mode(mode: str, url: str, pid: int, args: argparse.Namespace, store: Pat
     if mode == "off":
         return measure(mode, run_load(url, specs, args.concurrency))
     with zerotrace_attached(pid, store) as http_port:
+        time.sleep(SETTLE_S)  # steady state: not the end of its start-up (first scans, caches)
         truths = run_load(url, specs, args.concurrency)
         warmups = args.concurrency * len(KINDS)  # each client warms every kind up once
         catch_up(http_port, args.requests + warmups)
@@ -178,9 +180,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--requests", type=int, default=200, help="measured requests a run")
+    parser.add_argument("--requests", type=int, default=600, help="measured requests a run")
     parser.add_argument("--concurrency", type=int, default=16, help="client processes")
-    parser.add_argument("--rounds", type=int, default=2, help="off/on pairs, order alternating")
+    parser.add_argument("--rounds", type=int, default=4, help="off/on pairs, order alternating")
     args = parser.parse_args()
     results: list[Measure] = []
     with openai_server() as (url, pid), tempfile.TemporaryDirectory() as tmp:

@@ -173,12 +173,12 @@ def run(args: argparse.Namespace) -> int:
     )
     http = HttpApi(store, host="127.0.0.1", port=args.http_port).start()
     grpc = GrpcApi(store, port=args.grpc_port).start()
+    # After the child started (it must not inherit it) and every thread exists.
+    set_cpu_priority(args.cpu_priority)
     say(
         f"web page {http.url}/  API {http.url}/api/v1/llm/requests  gRPC {grpc.address};"
         " Ctrl-C stops"
     )
-    # After the child started (it must not inherit it) and every thread exists.
-    set_cpu_priority(args.cpu_priority)
     started = last_draw = time.monotonic()
     exit_code = 0
     drain_until: float | None = None
