@@ -10,7 +10,8 @@ import importlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 
 class ProbeUnavailable(RuntimeError):
@@ -53,3 +54,44 @@ def compile_program(bpf_class: Any, text: str, cflags: list[str], source: Path) 
         return bpf_class(text=text.encode(), cflags=cflags)
     except Exception as exc:
         raise ProbeUnavailable(f"loading {source} failed: {first_line(exc)}") from exc
+
+
+def read_program(bpf_dir: Path, *names: str) -> str:
+    """The C text of these files of bpf/, in order, as one unit. Shared parts (python_stack.h,
+    tls.c) are joined, not #included: bcc rewrites map calls only in the text it is given."""
+    parts: list[str] = []
+    for name in names:
+        path = bpf_dir / name
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ProbeUnavailable(f"cannot read BPF program {path}: {exc.strerror}") from exc
+        parts.append(text if not parts else f"\n/* ---- {name} ---- */\n{text}")
+    return "".join(parts)
+
+
+def annotated(cflags: Iterable[str], text: str) -> str:
+    """A program as handed to bcc, preceded by a comment with its cflags (the `--ebpf` view)."""
+    return f"/* bcc cflags: {' '.join(cflags)} */\n{text}"
+
+
+class AttachedProbe:
+    """A probe is a context manager: attach on entry, close (idempotent) on exit."""
+
+    def attach(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.attach()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -11,10 +11,16 @@ import ctypes
 import os
 import re
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
-from .bcc_loader import ProbeUnavailable, bcc_for, compile_program
+from .bcc_loader import (
+    AttachedProbe,
+    ProbeUnavailable,
+    annotated,
+    bcc_for,
+    compile_program,
+    read_program,
+)
 from .fileio_decode import FileOpenSample, MalformedEvent, decode_file_open
 
 __all__ = ["FileOpenProbe", "ProbeUnavailable"]
@@ -35,7 +41,7 @@ def _kernel_version() -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-class FileOpenProbe:
+class FileOpenProbe(AttachedProbe):
     """Trace completed ``openat`` calls via syscall tracepoints.
 
     Usage::
@@ -91,16 +97,11 @@ class FileOpenProbe:
         ]
 
     def _source(self) -> str:
-        try:
-            return self.source_path.read_text()
-        except OSError as exc:
-            raise ProbeUnavailable(
-                f"cannot read BPF program {self.source_path}: {exc.strerror}"
-            ) from exc
+        return read_program(self.source_path.parent, self.source_path.name)
 
     def program_text(self) -> str:
         """The exact C text handed to bcc, preceded by a comment with its cflags."""
-        return f"/* bcc cflags: {' '.join(self.cflags())} */\n{self._source()}"
+        return annotated(self.cflags(), self._source())
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -141,18 +142,6 @@ class FileOpenProbe:
         self._lost_at_close = self.lost
         bpf, self._bpf = self._bpf, None
         bpf.cleanup()
-
-    def __enter__(self) -> Self:
-        self.attach()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- events --------------------------------------------------------------
 

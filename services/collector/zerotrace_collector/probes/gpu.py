@@ -35,12 +35,19 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 from ..cuda_libraries import cuda_libraries_in_maps, exported_functions, probed_symbols
 from ..python_procs import PythonProcess, inspect
-from .bcc_loader import ProbeUnavailable, bcc_for, compile_program, first_line
+from .bcc_loader import (
+    AttachedProbe,
+    ProbeUnavailable,
+    annotated,
+    bcc_for,
+    compile_program,
+    first_line,
+    read_program,
+)
 from .gpu_decode import (
     DEFAULT_PY_DEPTH,
     GPU_APIS,
@@ -64,7 +71,7 @@ _TRACEPOINTS: Final = [
 ]
 
 
-class GpuProbe:
+class GpuProbe(AttachedProbe):
     """Trace CUDA runtime/driver allocation, free and launch calls.
 
     Usage::
@@ -138,20 +145,13 @@ class GpuProbe:
             f"-DZT_PY_MAX_DEPTH={self.py_depth}",
         ]
 
-    def _read(self, name: str) -> str:
-        path = self.bpf_dir / name
-        try:
-            return path.read_text()
-        except OSError as exc:
-            raise ProbeUnavailable(f"cannot read BPF program {path}: {exc.strerror}") from exc
-
     def _source(self) -> str:
         # One text: bcc rewrites map calls only in the main text (see python_stack.h).
-        return self._read(PYTHON_STACK_FILE) + "\n" + self._read(PROGRAM_FILE)
+        return read_program(self.bpf_dir, PYTHON_STACK_FILE, PROGRAM_FILE)
 
     def program_text(self) -> str:
         """The exact C text handed to bcc, preceded by a comment with its cflags."""
-        return f"/* bcc cflags: {' '.join(self.cflags())} */\n{self._source()}"
+        return annotated(self.cflags(), self._source())
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -306,18 +306,6 @@ class GpuProbe:
         self._final_stats = self._stats()
         bpf, self._bpf = self._bpf, None
         bpf.cleanup()
-
-    def __enter__(self) -> Self:
-        self.attach()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- events --------------------------------------------------------------
 

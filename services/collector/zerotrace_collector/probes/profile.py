@@ -13,11 +13,17 @@ import contextlib
 import ctypes
 import os
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 from ..python_procs import PythonProcess
-from .bcc_loader import ProbeUnavailable, bcc_for, compile_program
+from .bcc_loader import (
+    AttachedProbe,
+    ProbeUnavailable,
+    annotated,
+    bcc_for,
+    compile_program,
+    read_program,
+)
 from .profile_decode import MalformedEvent, ProfileLayout, ProfileSample
 
 __all__ = ["DEFAULT_RATE_HZ", "ProbeUnavailable", "ProfileProbe", "program_text"]
@@ -35,7 +41,7 @@ _PERF_TYPE_SOFTWARE: Final = 1
 _PERF_COUNT_SW_CPU_CLOCK: Final = 0
 
 
-class ProfileProbe:
+class ProfileProbe(AttachedProbe):
     """CPU profiler. ``pids=None`` profiles every process (but the collector); a set of pids
     profiles those and what they fork from then on.
 
@@ -107,19 +113,12 @@ class ProfileProbe:
             f"-DZT_RINGBUF_PAGES={self.ringbuf_pages}",
         ]
 
-    def _read(self, name: str) -> str:
-        path = self.bpf_dir / name
-        try:
-            return path.read_text()
-        except OSError as exc:
-            raise ProbeUnavailable(f"cannot read BPF program {path}: {exc.strerror}") from exc
-
     def _source(self) -> str:
-        return self._read(PYTHON_STACK_FILE) + "\n" + self._read(PROGRAM_FILE)
+        return read_program(self.bpf_dir, PYTHON_STACK_FILE, PROGRAM_FILE)
 
     def program_text(self) -> str:
         """The exact C text handed to bcc, preceded by a comment with its cflags."""
-        return f"/* bcc cflags: {' '.join(self.cflags())} */\n{self._source()}"
+        return annotated(self.cflags(), self._source())
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -163,18 +162,6 @@ class ProfileProbe:
         self._lost_at_close = self.lost
         bpf, self._bpf = self._bpf, None
         bpf.cleanup()
-
-    def __enter__(self) -> Self:
-        self.attach()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- maps ----------------------------------------------------------------
 

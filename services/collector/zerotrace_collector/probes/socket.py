@@ -19,11 +19,18 @@ import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 from ..proc_net import UNKNOWN, Endpoints, ProcNet
-from .bcc_loader import ProbeUnavailable, bcc_for, compile_program, first_line
+from .bcc_loader import (
+    AttachedProbe,
+    ProbeUnavailable,
+    annotated,
+    bcc_for,
+    compile_program,
+    first_line,
+    read_program,
+)
 from .socket_decode import (
     ConnKind,
     ConnSample,
@@ -89,7 +96,7 @@ def _cgroup2_id(pid: int) -> int | None:
     return None
 
 
-class SocketProbe:
+class SocketProbe(AttachedProbe):
     """Trace TCP socket I/O (syscalls, and libssl plaintext) with payload prefixes.
 
     Usage mirrors :class:`.fileio.FileOpenProbe`::
@@ -189,25 +196,16 @@ class SocketProbe:
             flags.append(f'-DZT_FILTER_COMM="{self.comm_prefix}"')
         return flags
 
-    def _read(self, name: str) -> str:
-        path = self.bpf_dir / name
-        try:
-            return path.read_text()
-        except OSError as exc:
-            raise ProbeUnavailable(f"cannot read BPF program {path}: {exc.strerror}") from exc
-
     def _source(self) -> str:
         # tls.c is compiled in the same unit as socket.c (shared maps; see socket.c).
-        text = self._read(PROGRAM_FILE)
-        if self._tls_enabled():
-            text += f"\n/* ---- {TLS_PROGRAM_FILE} ---- */\n" + self._read(TLS_PROGRAM_FILE)
-        return text
+        tls = (TLS_PROGRAM_FILE,) if self._tls_enabled() else ()
+        return read_program(self.bpf_dir, PROGRAM_FILE, *tls)
 
     def program_text(self) -> str:
         """The exact C text handed to bcc, preceded by a comment with its cflags."""
         if self.want_tls and self.libssl is None:
             self.libssl = find_libssl()
-        return f"/* bcc cflags: {' '.join(self.cflags())} */\n{self._source()}"
+        return annotated(self.cflags(), self._source())
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -274,18 +272,6 @@ class SocketProbe:
         self._lost_at_close = self.lost
         bpf, self._bpf = self._bpf, None
         bpf.cleanup()
-
-    def __enter__(self) -> Self:
-        self.attach()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- tracked sockets -----------------------------------------------------
 
