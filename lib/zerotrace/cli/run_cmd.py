@@ -112,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     if args.ebpf:
         print(probe_text(args.pid))
         print(socket_probe.program_text())
+        for feed in profiling_feeds(args, BPF_DIR, "", 0, follows=follow):
+            print(feed.probe.program_text())
         return 0
     common = settings.load(settings.CommonSettings)
     require_root()
