@@ -212,8 +212,8 @@ BPF_PERCPU_ARRAY(zt_gpu_scratch, struct zt_gpu_inflight, 1);
 /* tid -> user filename pointer of a read-only openat in progress */
 BPF_HASH(zt_gpu_opening, u32, u64, ZT_MAX_INFLIGHT);
 /* (cgroup, library path as programs spell it) already attached: opening it stops nobody. */
-BPF_HASH(zt_gpu_known, struct zt_gpu_path, u8, 1024);
-BPF_HASH(zt_gpu_follow, u32, u8, 16384);
+BPF_TABLE("lru_hash", struct zt_gpu_path, u8, zt_gpu_known, 1024); /* evicted: one more stop */
+BPF_TABLE("lru_hash", u32, u8, zt_gpu_follow, 16384); /* never full: the oldest goes */
 
 static __always_inline void zt_gpu_stat_inc(u32 idx)
 {
@@ -456,6 +456,15 @@ TRACEPOINT_PROBE(sched, sched_process_fork)
 	u32 child = args->child_pid;
 	u8 one = 1;
 	zt_gpu_follow.update(&child, &one);
+	return 0;
+}
+
+/* A followed task that ends leaves the map (its id may be reused by an unrelated process); for
+ * a thread the entry is its own tid, for the process's last leader its tgid. */
+TRACEPOINT_PROBE(sched, sched_process_exit)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	zt_gpu_follow.delete(&tid);
 	return 0;
 }
 #endif

@@ -79,7 +79,7 @@ BPF_PERCPU_ARRAY(zt_profile_scratch, struct zt_profile_event, 1);
  * a thread that exits never switches in again, and its entry must not stay forever. */
 BPF_TABLE("lru_hash", u32, struct zt_profile_event, zt_offcpu_start, ZT_OFFCPU_THREADS);
 /* Followed processes (tgid -> 1), when ZT_FOLLOW. */
-BPF_HASH(zt_follow, u32, u8, 16384);
+BPF_TABLE("lru_hash", u32, u8, zt_follow, 16384); /* never full: the oldest goes */
 
 static __always_inline void zt_count(u32 index)
 {
@@ -182,16 +182,26 @@ TRACEPOINT_PROBE(sched, sched_switch)
 #endif
 
 #if ZT_FOLLOW
-/* A process forked by a followed process is followed too (child_pid is the child's tgid for a
- * fork; for a new thread it is a tid, and the extra entry is never looked up). */
+/* A process forked by a followed process is followed too. The parent is the forking task's
+ * process (args->parent_pid is the forking thread's tid, which is not in the map when a thread
+ * forks); child_pid is the child's tgid for a fork, a tid for a new thread (an extra entry). */
 TRACEPOINT_PROBE(sched, sched_process_fork)
 {
-	u32 parent = (u32)args->parent_pid;
+	u32 parent = bpf_get_current_pid_tgid() >> 32;
 	if (zt_follow.lookup(&parent) == NULL)
 		return 0;
 	u32 child = (u32)args->child_pid;
 	u8 one = 1;
 	zt_follow.update(&child, &one);
+	return 0;
+}
+
+/* A followed task that ends leaves the map (its id may be reused by an unrelated process); for
+ * a thread the entry is its own tid, for the process's last leader its tgid. */
+TRACEPOINT_PROBE(sched, sched_process_exit)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	zt_follow.delete(&tid);
 	return 0;
 }
 #endif

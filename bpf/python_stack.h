@@ -77,7 +77,7 @@ struct zt_py_stack {
 	u64 instr[ZT_PY_MAX_DEPTH];
 };
 
-BPF_HASH(zt_py_procs, u32, struct zt_py_offsets, 4096);
+BPF_TABLE("lru_hash", u32, struct zt_py_offsets, zt_py_procs, 4096); /* never full */
 /* tid -> PyThreadState*, checked against native_thread_id on every use since thread states
  * are freed and reused when threads end; LRU so entries of ended threads age out. */
 BPF_TABLE("lru_hash", u32, u64, zt_py_tstates, 16384);

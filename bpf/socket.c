@@ -191,7 +191,7 @@ static __always_inline void zt_stat_inc(int idx)
 #define ZT_FOLLOW 0
 #endif
 /* Followed processes (tgid -> 1); filled by the loader and by the fork tracepoint below. */
-BPF_HASH(zt_follow, u32, u8, 16384);
+BPF_TABLE("lru_hash", u32, u8, zt_follow, 16384); /* never full: the oldest goes */
 
 static __always_inline int zt_pid_wanted(u32 tgid)
 {
@@ -664,6 +664,15 @@ TRACEPOINT_PROBE(sched, sched_process_fork)
 	u32 child = args->child_pid;
 	u8 one = 1;
 	zt_follow.update(&child, &one);
+	return 0;
+}
+
+/* A followed task that ends leaves the map (its id may be reused by an unrelated process); for
+ * a thread the entry is its own tid, for the process's last leader its tgid. */
+TRACEPOINT_PROBE(sched, sched_process_exit)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	zt_follow.delete(&tid);
 	return 0;
 }
 #endif

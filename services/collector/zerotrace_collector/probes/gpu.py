@@ -341,10 +341,14 @@ class GpuProbe(AttachedProbe):
         except OSError:
             self._counts["vanished"] += 1  # exited (or closed the fd) before we looked
         else:
-            # Known only once settled: after a failure the next opener is stopped again.
-            if self.attach_library(fd_path, shown):
-                self._mark_known(lib.path, lib.cgroup_id)
-            self.learn_python(lib.pid)
+            try:
+                # Known only once settled: after a failure the next opener is stopped again.
+                if self.attach_library(fd_path, shown):
+                    self._mark_known(lib.path, lib.cgroup_id)
+                self.learn_python(lib.pid)
+            except Exception as exc:  # bcc raises bare Exception (a map update refused, ...)
+                self._note("attach_failed", f"{shown}: probing failed ({first_line(exc, 120)})")
+        # Whatever happened above, a process stopped for us is never left stopped.
         if lib.stopped:
             self._resume(lib.pid)
             # The pause the late-load design costs: from the open to SIGCONT.
