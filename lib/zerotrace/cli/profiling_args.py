@@ -66,8 +66,10 @@ def profiling_feeds(
     )
     feeds: list[Any] = [ProfileFeed(probe, node_id, mono_to_epoch_ns, symbolizer)]
     if not args.no_gpu:
+        # First: the collector loop waits on its first feed, and a process stopped at a CUDA
+        # library open waits for this feed's poll to be resumed.
         gpu = GpuProbe(bpf_dir, follow=follows)
-        feeds.append(GpuFeed(gpu, node_id, mono_to_epoch_ns, symbolizer))
+        feeds.insert(0, GpuFeed(gpu, node_id, mono_to_epoch_ns, symbolizer))
     return feeds
 
 

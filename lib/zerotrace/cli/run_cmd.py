@@ -23,6 +23,7 @@ from zerotrace.cli.common import (
     say,
     span_line,
 )
+from zerotrace.cli.held_start import HeldCommand
 from zerotrace.cli.llm_view import render_llm_view
 from zerotrace.cli.profiling_args import add_profiling_arguments, profiling_feeds
 from zerotrace.cli.profiling_args import follow as follow_profiled
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
             FileOpenFeed(FileOpenProbe(BPF_DIR, pid_filter=args.pid), common.node_id, offset)
         )
     profiling = profiling_feeds(args, BPF_DIR, common.node_id, offset, follows=follow)
-    feeds += profiling
+    feeds = profiling + feeds  # the GPU feed first: see profiling_feeds
     say(f"compiling and attaching the eBPF probes ({', '.join(f.name for f in feeds)})")
     try:
         for feed in feeds:
@@ -140,13 +141,16 @@ def run(args: argparse.Namespace) -> int:
         say(note)
     stop = StopFlag()
     child: subprocess.Popen[bytes] | None = None
-    if command:
-        child = subprocess.Popen(command)
+    held = HeldCommand(command) if command else None
+    if held is not None:
+        child = held.proc
         say(f"observing `{' '.join(command)}` (pid {child.pid}) and its children")
     root = child.pid if child else args.pid
     if root:
         socket_probe.follow_pid(root)
         follow_profiled(profiling, root)
+    if held is not None:
+        held.release()  # only now: nothing it does comes before the probes follow it
     family = ProcessFamily(root) if root else None
     collector = Collector(
         feeds, broker.producer(), codec, keep=(lambda r: family.contains(r.pid)) if family else None

@@ -129,7 +129,7 @@ def collector(args: argparse.Namespace) -> int:
             FileOpenFeed(FileOpenProbe(BPF_DIR, pid_filter=args.pid), common.node_id, offset)
         )
     profiling = profiling_feeds(args, BPF_DIR, common.node_id, offset, follows=bool(args.pid))
-    feeds += profiling
+    feeds = profiling + feeds  # the GPU feed first: see profiling_feeds
     try:
         for feed in feeds:
             feed.attach()

@@ -15,7 +15,6 @@ the host-side call's start and end, and profiles count launches per calling stac
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -27,6 +26,7 @@ from zerotrace_collector.feeds import RawRecord
 from zerotrace_collector.probes.gpu import GpuProbe
 from zerotrace_collector.probes.gpu_decode import GpuCallSample
 from zerotrace_collector.probes.profile_decode import PyStatus
+from zerotrace_collector.python_procs import process_start_time
 from zerotrace_collector.python_symbols import PythonSymbols
 from zerotrace_collector.stack_merge import merge_stack
 
@@ -220,14 +220,21 @@ class GpuFeed:
 
     def _sweep(self) -> None:
         self._not_python.clear()  # a pid may be reused by a Python process
-        for pid in list(self.probe.python):
-            if not os.path.exists(f"/proc/{pid}"):
+        for pid, known in list(self.probe.python.items()):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    start = process_start_time(f.read())
+            except (OSError, ValueError, IndexError):
                 self.counts["process_exited"] += 1
-                self._stacks.clear()
-                self._containers.pop(pid, None)
-                self.probe.forget_python(pid)
-                self._py.forget(pid)
-                self._symbolizer.forget(pid)
+            else:
+                if start == known.start_time:
+                    continue
+                self.counts["pid_reused"] += 1  # another process: learnt again on its calls
+            self._stacks.clear()
+            self._containers.pop(pid, None)
+            self.probe.forget_python(pid)
+            self._py.forget(pid)
+            self._symbolizer.forget(pid)
 
     def counters(self) -> dict[str, int]:
         out = self.probe.counters()

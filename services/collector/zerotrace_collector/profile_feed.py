@@ -113,20 +113,25 @@ class ProfileFeed:
             return ""  # gone, or a kernel thread
 
     def python_process(self, pid: int) -> PythonProcess | None:
-        """What is known of *pid* as a CPython process, looking (again) when due."""
+        """What is known of *pid* as a CPython process, looking (again) when due: its
+        executable is read again every exec_check_s (a readlink; an exec makes it another
+        program, Python or not), a non-Python one inspected again every recheck_s."""
         now = self._clock()
         if pid in self._procs:
             known = self._procs[pid]
-            if known is not None:
-                return known
             exe, inspected, exe_checked = self._seen[pid]
-            if now - inspected < self._recheck_s:
-                if now - exe_checked < self._exec_check_s:
-                    return None
-                current = self._exe(pid)
+            settled = known is not None or now - inspected < self._recheck_s
+            if now - exe_checked < self._exec_check_s and settled:
+                return known
+            if self._exe(pid) == exe:
                 self._seen[pid] = (exe, inspected, now)
-                if current == exe:
-                    return None
+                if settled:
+                    return known
+            else:
+                # It exec'd: another program at the same pid, whose addresses mean other
+                # symbols (fork then exec is how every command starts).
+                self.counts["process_exec"] += 1
+                self._forget(pid)
         exe = self._exe(pid)
         found = inspect(pid, self._proc)
         self._procs[pid], self._seen[pid] = found, (exe, now, now)
