@@ -71,6 +71,22 @@ def test_a_forgotten_series_keeps_its_watermark() -> None:
     assert w.observe(A, 5 * S)  # window 0 was emitted: late, not a second record
 
 
+def test_quiet_watermarks_are_bounded_and_the_oldest_raise_a_floor() -> None:
+    w = Windows(width_ns=10 * S, lateness_ns=0)
+    w.max_quiet_marks = 3
+    for pid in range(10):  # ten short-lived processes, one after the other
+        series, key = ("n", pid, "stack"), ("n", "svc", pid, "ON_CPU")
+        feed(w, series, key, (10 + 10 * pid) * S)
+        w.raise_mark(series, (30 + 10 * pid) * S)
+        assert len(w.close_due(series)) == 1
+        w.forget(series)
+    assert w.marks_evicted == 7 and w.floor == 90 * S
+    # A series we no longer know starts from the floor: a record that old is late.
+    assert w.observe(("n", 0, "stack"), 20 * S)
+    # A new one at the present is not.
+    assert not w.observe(("n", 99, "stack"), 200 * S)
+
+
 def test_folded_stacks_keep_the_frame_format() -> None:
     assert folded(["thread:4", "py:f (a.py:1)", "native:x;y [lib.so]"], 4) == (
         "thread:4;py:f (a.py:1);native:x:y [lib.so]"

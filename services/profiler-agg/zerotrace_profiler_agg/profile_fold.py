@@ -109,6 +109,7 @@ class ProfileFold:
             "samples": self.samples,
             "late_samples": self.late_samples,
             "live_allocations": len(self.table),
+            "watermarks_evicted": self.windows.marks_evicted,
             **{f"gpu_{name}": value for name, value in asdict(self.gpu.counters).items()},
         }
 

@@ -17,6 +17,7 @@ open by construction), so the loss shows where the data is read.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,10 @@ def record_order(record: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
+# Watermarks of quiet series kept (~100 bytes each): about 6 MiB.
+MAX_QUIET_MARKS = 65_536
+
+
 class Windows:
     def __init__(
         self, width_ns: int = DEFAULT_WIDTH_NS, lateness_ns: int = DEFAULT_LATENESS_NS
@@ -82,13 +87,21 @@ class Windows:
         self.lateness_ns = lateness_ns
         self._marks: dict[Series, int] = {}
         self._open: dict[Series, dict[tuple[Key, int], OpenWindow]] = {}
+        # Forgotten series keep their watermark (see `forget`), oldest first, up to
+        # max_quiet_marks; past it the oldest goes and its mark raises `floor`, the watermark a
+        # series unknown to us starts from. Bounded on a host that starts processes all day.
+        self._quiet: OrderedDict[Series, None] = OrderedDict()
+        self.max_quiet_marks = MAX_QUIET_MARKS
+        self.floor = 0
+        self.marks_evicted = 0
 
     def start_of(self, ts: int) -> int:
         return ts - ts % self.width_ns
 
     def observe(self, series: Series, ts: int) -> bool:
         """Move the series' watermark to ts if later; True when ts falls in a closed window."""
-        mark = max(self._marks.get(series, ts), ts)
+        self._quiet.pop(series, None)
+        mark = max(self._marks.get(series, max(ts, self.floor)), ts)
         self._marks[series] = mark
         self._open.setdefault(series, {})
         return self.is_closed(series, self.start_of(ts))
@@ -131,6 +144,13 @@ class Windows:
         instead of making a second record with the same window_id."""
         assert not self._open.get(series), "a series with open windows cannot be forgotten"
         self._open.pop(series, None)
+        if series in self._marks:
+            self._quiet[series] = None
+            self._quiet.move_to_end(series)
+        while len(self._quiet) > self.max_quiet_marks:
+            oldest, _ = self._quiet.popitem(last=False)
+            self.floor = max(self.floor, self._marks.pop(oldest))
+            self.marks_evicted += 1
 
     def _window(self, series: Series, key: Key, start: int) -> OpenWindow:
         return self._open[series].setdefault((key, start), OpenWindow())
