@@ -69,3 +69,11 @@ def test_frame_module() -> None:
     assert frame_module("native:[unknown]+0x10") == "[unknown]"
     assert frame_module("kernel:schedule") is None
     assert frame_module("py:f (/a.py:1)") is None
+
+
+def test_return_addresses_are_named_by_their_call() -> None:
+    from zerotrace_collector.stack_merge import call_sites
+
+    # The leaf is where the CPU was; the others are just past their calls.
+    assert call_sites([0x1000, 0x2005, 0x3010]) == [0x1000, 0x2004, 0x300F]
+    assert call_sites([]) == [] and call_sites([0, 0]) == [0, 0]

@@ -28,7 +28,7 @@ from zerotrace_collector.probes.gpu_decode import GpuCallSample
 from zerotrace_collector.probes.profile_decode import PyStatus
 from zerotrace_collector.python_procs import process_start_time
 from zerotrace_collector.python_symbols import PythonSymbols
-from zerotrace_collector.stack_merge import merge_stack
+from zerotrace_collector.stack_merge import call_sites, merge_stack
 
 __all__ = ["GpuFeed", "UserSymbolizer", "calling_frames", "gpu_api_record"]
 
@@ -180,7 +180,7 @@ class GpuFeed:
         if cached is not None:
             return cached
         proc = self.probe.python.get(call.pid)
-        native = self._symbolizer.user_frames(call.pid, user) if user else []
+        native = self._symbolizer.user_frames(call.pid, call_sites(user)) if user else []
         frames = calling_frames(
             call.tid,
             call.api.symbol,

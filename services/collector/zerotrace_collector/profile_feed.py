@@ -24,7 +24,7 @@ from zerotrace_collector.probes.profile import ProfileProbe
 from zerotrace_collector.probes.profile_decode import ProfileSample, PyStatus
 from zerotrace_collector.python_procs import PythonProcess, inspect, process_start_time
 from zerotrace_collector.python_symbols import PythonSymbols
-from zerotrace_collector.stack_merge import merge_stack
+from zerotrace_collector.stack_merge import call_sites, merge_stack
 
 __all__ = ["FrameSymbolizer", "ProfileFeed"]
 
@@ -212,8 +212,8 @@ class ProfileFeed:
     ) -> list[str]:
         python = self._python_frames(sample, proc)
         kstack = sample.kernel_stack
-        native = self._symbolizer.user_frames(sample.pid, user) if user else []
-        kernel = self._symbolizer.kernel_frames(kstack) if kstack else []
+        native = self._symbolizer.user_frames(sample.pid, call_sites(user)) if user else []
+        kernel = self._symbolizer.kernel_frames(call_sites(kstack)) if kstack else []
         return merge_stack(sample.tid, python, native, kernel, proc.module_name if proc else None)
 
     def _container(self, pid: int) -> str | None:

@@ -37,6 +37,13 @@ _NO_SYMBOL: Final = re.compile(r"^native:(.+)\+0x[0-9a-fA-F]+$")
 _UNMAPPED: Final = "native:[unknown]+0x"
 
 
+def call_sites(addresses: Sequence[int]) -> list[int]:
+    """Leaf first in, the same out, with every frame but the leaf moved one byte back: those
+    are return addresses, just past their call, and a call that ends a function would be named
+    after the next one."""
+    return [a if i == 0 or a == 0 else a - 1 for i, a in enumerate(addresses)]
+
+
 def frame_module(frame: str) -> str | None:
     """The module basename a native frame names, or None (not native, or unknown module)."""
     m = _WITH_SYMBOL.match(frame) or _NO_SYMBOL.match(frame)
