@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 import re
 import struct
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Final
 
 __all__ = [
@@ -265,11 +265,27 @@ def pid_namespace(st_dev: int, st_ino: int) -> tuple[int, int]:
     return ((os.major(st_dev) << 20) | os.minor(st_dev), st_ino)
 
 
-@lru_cache(maxsize=256)
-def _runtime_symbol(path: str, _identity: tuple[int, int, int]) -> tuple[int, int] | None:
-    """(st_value of _PyRuntime, vaddr of the first PT_LOAD) of an ELF file, or None.
+# (dev, inode, size, mtime) of an interpreter file -> what _read_runtime_symbol found. Keyed by
+# the file, not its path: every process reaches it through its own /proc/<pid>/root.
+_RUNTIME_SYMBOLS: OrderedDict[tuple[int, int, int, int], tuple[int, int] | None] = OrderedDict()
+_RUNTIME_SYMBOLS_MAX: Final = 256
 
-    Cached per file identity (inode, size, mtime), so an upgraded interpreter is read again."""
+
+def _runtime_symbol(path: str, st: os.stat_result) -> tuple[int, int] | None:
+    """(st_value of _PyRuntime, vaddr of the first PT_LOAD) of an ELF file, or None; read once
+    per file identity, so an upgraded interpreter is read again."""
+    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if identity in _RUNTIME_SYMBOLS:
+        _RUNTIME_SYMBOLS.move_to_end(identity)
+        return _RUNTIME_SYMBOLS[identity]
+    found = _read_runtime_symbol(path)
+    _RUNTIME_SYMBOLS[identity] = found
+    while len(_RUNTIME_SYMBOLS) > _RUNTIME_SYMBOLS_MAX:
+        _RUNTIME_SYMBOLS.popitem(last=False)
+    return found
+
+
+def _read_runtime_symbol(path: str) -> tuple[int, int] | None:
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
@@ -285,8 +301,10 @@ def _runtime_symbol(path: str, _identity: tuple[int, int, int]) -> tuple[int, in
                 if section is None:
                     continue
                 symbols = section.get_symbol_by_name("_PyRuntime")  # type: ignore[attr-defined]
-                if symbols:
-                    return int(symbols[0]["st_value"]), int(first_load)
+                # A module that only imports _PyRuntime lists it undefined, at value 0.
+                for symbol in symbols or ():
+                    if symbol["st_shndx"] != "SHN_UNDEF" and symbol["st_value"]:
+                        return int(symbol["st_value"]), int(first_load)
     except (OSError, ELFError, ValueError):
         return None
     return None
@@ -317,7 +335,7 @@ def inspect(pid: int, proc: str = "/proc") -> PythonProcess | None:
         st = os.stat(file)
     except OSError:
         return None
-    symbol = _runtime_symbol(file, (st.st_ino, st.st_size, st.st_mtime_ns))
+    symbol = _runtime_symbol(file, st)
     if symbol is None:
         return None
     value, first_load = symbol
