@@ -119,3 +119,15 @@ def test_reused_pid_is_read_again() -> None:
     assert names.frame(other, id(code), instr_at(proc, code, 0)) is not None
     assert (proc.pid, proc.start_time, id(code)) not in names._codes
     names.close()
+
+
+def test_the_code_cache_is_bounded_in_bytes() -> None:
+    proc, names = me(), PythonSymbols(max_code_bytes=1024)
+    codes = [f.__code__ for f in (Outer.método, test_frame_text_has_no_semicolon, me, instr_at)]
+    codes += [
+        c for c in json.__dict__.values() if isinstance(c, types.FunctionType) for c in [c.__code__]
+    ]
+    for code in codes:
+        assert names.frame(proc, id(code), instr_at(proc, code, 0)) is not None
+    assert 0 < names._code_bytes <= 1024 and len(names._codes) < len(codes)
+    names.close()

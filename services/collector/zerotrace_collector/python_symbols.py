@@ -104,6 +104,13 @@ def decode_str(
     return data.decode(codec, "replace")
 
 
+def _held(info: CodeInfo | None) -> int:
+    """About what a cached code object costs: its texts and line table, plus the entry."""
+    if info is None:
+        return 64
+    return 160 + len(info.linetable) + len(info.filename) + len(info.qualname)
+
+
 def python_frame(info: CodeInfo, line: int) -> str:
     """The frame text; ';' would split a folded stack, so it becomes ':'."""
     return f"py:{info.qualname} ({info.filename}:{line})".replace(";", ":")
@@ -114,9 +121,15 @@ class PythonSymbols:
 
     Counters: py_code_unreadable (memory gone or not a code object), py_process_gone."""
 
-    def __init__(self, *, max_codes: int = 65_536, proc: str = "/proc") -> None:
+    def __init__(
+        self, *, max_codes: int = 65_536, max_code_bytes: int = 64 << 20, proc: str = "/proc"
+    ) -> None:
         self._proc = proc
         self._max_codes = max_codes
+        # Line tables may be large (and a garbage code address may name a large "table"):
+        # the cache is bounded in bytes too.
+        self._max_code_bytes = max_code_bytes
+        self._code_bytes = 0
         self._codes: OrderedDict[tuple[int, int, int], CodeInfo | None] = OrderedDict()
         # Finished frame texts by (pid, start time, code, instruction): a hot loop is sampled
         # at the same few instructions, and decoding a line table costs more than a lookup.
@@ -178,8 +191,11 @@ class PythonSymbols:
                 return None
             info = self._read_code(fd, proc, code_addr)
             self._codes[key] = info
-            if len(self._codes) > self._max_codes:
-                self._codes.popitem(last=False)
+            self._code_bytes += _held(info)
+            while self._codes and (
+                len(self._codes) > self._max_codes or self._code_bytes > self._max_code_bytes
+            ):
+                self._code_bytes -= _held(self._codes.popitem(last=False)[1])
         if info is None:
             self.counts["py_code_unreadable"] += 1
             return None
@@ -196,7 +212,7 @@ class PythonSymbols:
         if held is not None:
             os.close(held[1])
         for key in [k for k in self._codes if k[0] == pid]:
-            del self._codes[key]
+            self._code_bytes -= _held(self._codes.pop(key))
         for at in [k for k in self._texts if k[0] == pid]:
             del self._texts[at]
 
