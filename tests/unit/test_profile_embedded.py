@@ -74,3 +74,23 @@ def test_embedded_output_equals_the_step_fed_directly(codec: AvroCodec) -> None:
         "GPU_MEM_INUSE",
         "GPU_LAUNCH",
     }
+
+
+def test_a_quiet_input_closes_its_windows_by_the_clock_without_finish(codec: AvroCodec) -> None:
+    broker = InMemoryBroker()
+    broker.ensure_topics()
+    producer = broker.producer()
+    for i in range(5):
+        datum = sample(i * S, ["thread:7", "py:work (w.py:1)"], pid=7, tid=7)
+        producer.produce(names.RAW_STACK.name, b"7", codec.encode(names.RAW_STACK.record, datum))
+    agg = EmbeddedProfileAgg(broker, codec, SETTINGS)
+    agg.run_once(now_ns=5 * S)
+    assert drain(broker, "early", (names.DERIVED_PROFILE.name,)) == []  # the window is open
+    # Nothing more comes; the clock goes on past the window, its lateness and the tick lag.
+    later = 5 * S + SETTINGS.window_ms * 1_000_000 + SETTINGS.lateness_ms * 1_000_000
+    later += SETTINGS.tick_lag_ms * 1_000_000 + 2 * S
+    agg.run_once(now_ns=later)
+    agg.run_once(now_ns=later + 2 * S)
+    [window] = drain(broker, "late", (names.DERIVED_PROFILE.name,))
+    _record, datum = codec.decode(window.value)
+    assert datum["samples"] == 5 and datum["profile_type"] == "ON_CPU" and datum["pid"] == 7
