@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 # docker-<id>.scope, cri-containerd-<id>.scope, crio-<id>, /docker/<id>, /kubepods/.../<id>
@@ -23,3 +24,22 @@ def container_id_of(pid: int) -> str | None:
         return container_id_from_cgroup(Path(f"/proc/{pid}/cgroup").read_text())
     except OSError:
         return None  # the process exited; the event is kept without a container id
+
+
+class ContainerIds:
+    """Container id per pid, read once; bounded (cleared past max_pids: cheap to read again)."""
+
+    def __init__(self, read: Callable[[int], str | None] = container_id_of, max_pids: int = 65_536):
+        self._read = read
+        self._max_pids = max_pids
+        self._ids: dict[int, str | None] = {}
+
+    def of(self, pid: int) -> str | None:
+        if pid not in self._ids:
+            if len(self._ids) >= self._max_pids:
+                self._ids.clear()
+            self._ids[pid] = self._read(pid)
+        return self._ids[pid]
+
+    def forget(self, pid: int) -> None:
+        self._ids.pop(pid, None)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
 from zerotrace import names
-from zerotrace_collector.cgroup import container_id_of
+from zerotrace_collector.cgroup import ContainerIds, container_id_of
 from zerotrace_collector.feeds import RawRecord
 from zerotrace_collector.probes.gpu import GpuProbe
 from zerotrace_collector.probes.gpu_decode import GpuCallSample
@@ -33,7 +33,6 @@ from zerotrace_collector.stack_merge import call_sites, merge_stack
 __all__ = ["GpuFeed", "UserSymbolizer", "calling_frames", "gpu_api_record"]
 
 _UNKNOWN: Final = "native:[unknown]"
-UNREADABLE_PY_FRAME: Final = "py:<unreadable> (?:0)"
 
 
 class UserSymbolizer(Protocol):
@@ -139,8 +138,7 @@ class GpuFeed:
         self._offset_ns = mono_to_epoch_ns
         self._symbolizer = symbolizer
         self._py = python_symbols or PythonSymbols()
-        self._container_of = container_of
-        self._containers: dict[int, str | None] = {}
+        self._containers = ContainerIds(container_of)
         self._clock = clock
         self._sweep_s = sweep_s
         self._swept_at = clock()
@@ -153,24 +151,13 @@ class GpuFeed:
     def attach(self) -> None:
         self.probe.attach()
 
-    def _container(self, pid: int) -> str | None:
-        if pid not in self._containers:
-            if len(self._containers) > 65_536:
-                self._containers.clear()  # bound the cache; ids are cheap to read again
-            self._containers[pid] = self._container_of(pid)
-        return self._containers[pid]
-
     def _python_frames(self, call: GpuCallSample) -> list[str]:
         if call.py_status == PyStatus.READ_FAIL:
             self.counts["py_read_fail"] += 1
         proc = self.probe.python.get(call.pid)
         if proc is None:
             return []
-        return [
-            self._py.frame(proc, code, instr) or UNREADABLE_PY_FRAME
-            for code, instr in reversed(call.py_frames)
-            if code  # 0: a shim frame of a C -> Python call
-        ]
+        return self._py.frames(proc, call.py_frames)
 
     def frames_of(self, call: GpuCallSample) -> list[str]:
         """The call's frames, root first, ending in ``cuda:<api>``."""
@@ -208,7 +195,7 @@ class GpuFeed:
                 self.frames_of(call),
                 self._node_id,
                 self._offset_ns,
-                self._container(call.pid),
+                self._containers.of(call.pid),
             )
             out.append(
                 RawRecord(names.RAW_GPU.name, str(call.pid).encode(), names.RAW_GPU.record, datum)
@@ -231,7 +218,7 @@ class GpuFeed:
                     continue
                 self.counts["pid_reused"] += 1  # another process: learnt again on its calls
             self._stacks.clear()
-            self._containers.pop(pid, None)
+            self._containers.forget(pid)
             self.probe.forget_python(pid)
             self._py.forget(pid)
             self._symbolizer.forget(pid)

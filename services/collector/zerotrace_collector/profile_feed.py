@@ -15,10 +15,10 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from zerotrace import names
-from zerotrace_collector.cgroup import container_id_of
+from zerotrace_collector.cgroup import ContainerIds
 from zerotrace_collector.feeds import RawRecord
 from zerotrace_collector.probes.profile import ProfileProbe
 from zerotrace_collector.probes.profile_decode import ProfileSample, PyStatus
@@ -27,8 +27,6 @@ from zerotrace_collector.python_symbols import PythonSymbols
 from zerotrace_collector.stack_merge import call_sites, merge_stack
 
 __all__ = ["FrameSymbolizer", "ProfileFeed"]
-
-UNREADABLE_PY_FRAME: Final = "py:<unreadable> (?:0)"
 
 
 class FrameSymbolizer(Protocol):
@@ -83,7 +81,7 @@ class ProfileFeed:
         # pid -> (executable, when inspected, when the executable was last looked at)
         self._seen: dict[int, tuple[str, float, float]] = {}
         self._swept_at = clock()
-        self._containers: dict[int, str | None] = {}
+        self._containers = ContainerIds()
         # Merged frames by everything they are made of: a busy program repeats a few stacks
         # (the same addresses, the same few instructions of a hot loop), and a hit skips the
         # symbolizers and the merge. Cleared whenever a process is forgotten.
@@ -143,7 +141,7 @@ class ProfileFeed:
         self._stacks.clear()
         self._procs.pop(pid, None)
         self._seen.pop(pid, None)
-        self._containers.pop(pid, None)
+        self._containers.forget(pid)
         self._py.forget(pid)
         self._symbolizer.forget(pid)
         with contextlib.suppress(RuntimeError):  # probe already closed
@@ -179,12 +177,7 @@ class ProfileFeed:
         self._count_python(sample)
         if proc is None or not sample.py_frames:
             return []
-        out = []
-        for code, instr in reversed(sample.py_frames):  # leaf first -> root first
-            if code == 0:
-                continue  # shim frame of a C -> Python call
-            out.append(self._py.frame(proc, code, instr) or UNREADABLE_PY_FRAME)
-        return out
+        return self._py.frames(proc, sample.py_frames)
 
     def frames(self, sample: ProfileSample) -> list[str]:
         """The sample's merged frames, root first."""
@@ -216,13 +209,6 @@ class ProfileFeed:
         kernel = self._symbolizer.kernel_frames(call_sites(kstack)) if kstack else []
         return merge_stack(sample.tid, python, native, kernel, proc.module_name if proc else None)
 
-    def _container(self, pid: int) -> str | None:
-        if pid not in self._containers:
-            if len(self._containers) > 65_536:
-                self._containers.clear()
-            self._containers[pid] = container_id_of(pid)
-        return self._containers[pid]
-
     def record(self, sample: ProfileSample) -> RawRecord:
         ts_ns = sample.ts_mono_ns + self._offset_ns
         kind = "OFF_CPU" if sample.off_cpu else "ON_CPU"
@@ -233,7 +219,7 @@ class ProfileFeed:
             "pid": sample.pid,
             "tid": sample.tid,
             "process_name": sample.comm,
-            "container_id": self._container(sample.pid),
+            "container_id": self._containers.of(sample.pid),
             "ts_ns": ts_ns,
             "profile_type": kind,
             "weight": sample.weight,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import struct
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -116,6 +116,11 @@ def python_frame(info: CodeInfo, line: int) -> str:
     return f"py:{info.qualname} ({info.filename}:{line})".replace(";", ":")
 
 
+# A frame whose code object could not be read (gone, or not a code object): kept, so the
+# stack's depth and the frames around it stay right.
+UNREADABLE_PY_FRAME: Final = "py:<unreadable> (?:0)"
+
+
 class PythonSymbols:
     """Names Python frames of live processes. Not thread-safe; one per collector loop.
 
@@ -205,6 +210,15 @@ class PythonSymbols:
         if len(self._texts) > 4 * self._max_codes:
             self._texts.popitem(last=False)
         return text
+
+    def frames(self, proc: PythonProcess, leaf_first: Iterable[tuple[int, int]]) -> list[str]:
+        """The frames the BPF walker recorded, (code, instruction) leaf first, named root
+        first; code 0 is a shim frame of a C -> Python call and is left out."""
+        return [
+            self.frame(proc, code, instr) or UNREADABLE_PY_FRAME
+            for code, instr in reversed(list(leaf_first))
+            if code
+        ]
 
     def forget(self, pid: int) -> None:
         """Drop what is held for *pid* (call when it exits or its start time changed)."""
