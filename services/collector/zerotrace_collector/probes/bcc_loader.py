@@ -6,6 +6,7 @@ bcc is imported lazily, so the probe modules import on hosts without it.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
 from collections.abc import Iterable
@@ -95,3 +96,12 @@ class AttachedProbe:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def tell_python_walker(table: Any, proc: Any) -> None:
+    """Put a CPython process's walker facts (bpf/python_stack.h) into a program's zt_py_procs
+    map: its _PyRuntime address, pid namespace and version offsets, packed as the map's leaf."""
+    leaf = table.Leaf()
+    packed = proc.layout.walker.pack(proc.runtime_addr, proc.pidns)
+    ctypes.memmove(ctypes.addressof(leaf), packed, len(packed))
+    table[table.Key(proc.pid)] = leaf

@@ -47,6 +47,7 @@ from .bcc_loader import (
     compile_program,
     first_line,
     read_program,
+    tell_python_walker,
 )
 from .gpu_decode import (
     DEFAULT_PY_DEPTH,
@@ -261,11 +262,7 @@ class GpuProbe(AttachedProbe):
             return None
         known = self.python.get(pid)
         if known is None or known.start_time != found.start_time:
-            table = self._bpf[b"zt_py_procs"]
-            leaf = table.Leaf()
-            packed = found.layout.walker.pack(found.runtime_addr, found.pidns)
-            ctypes.memmove(ctypes.addressof(leaf), packed, len(packed))
-            table[table.Key(pid)] = leaf
+            tell_python_walker(self._bpf[b"zt_py_procs"], found)
             self.python[pid] = found
             self._counts["python_processes"] += 1
         return self.python[pid]

@@ -23,6 +23,7 @@ from .bcc_loader import (
     bcc_for,
     compile_program,
     read_program,
+    tell_python_walker,
 )
 from .profile_decode import MalformedEvent, ProfileLayout, ProfileSample
 
@@ -172,11 +173,7 @@ class ProfileProbe(AttachedProbe):
 
     def add_python(self, proc: PythonProcess) -> None:
         """Let the BPF walker read Python frames of *proc* (replaces an older entry)."""
-        table = self._table("zt_py_procs")
-        leaf = table.Leaf()
-        packed = proc.layout.walker.pack(proc.runtime_addr, proc.pidns)
-        ctypes.memmove(ctypes.addressof(leaf), packed, len(packed))
-        table[table.Key(proc.pid)] = leaf
+        tell_python_walker(self._table("zt_py_procs"), proc)
 
     def forget_python(self, pid: int) -> None:
         table = self._table("zt_py_procs")
