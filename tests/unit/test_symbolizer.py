@@ -455,3 +455,28 @@ def test_a_path_that_names_another_file_now(
     assert frames[0].startswith("native:libzt.so+0x")
     assert frames[1] == "native:zt_alpha [zt_target]"
     assert sym.counters()["file_replaced"] == 1
+
+
+def test_a_process_does_not_keep_an_image_the_elf_cache_let_go() -> None:
+    from zerotrace_collector.symbols.elf_symbols import EMPTY_TABLE, ElfImage
+    from zerotrace_collector.symbols.proc_maps import Mapping
+    from zerotrace_collector.symbols.process_state import ProcessState
+
+    loads: list[ElfImage] = []
+    held: list[ElfImage] = []  # stands in for the ElfCache: what it holds stays alive
+
+    def resolve(_mapping: Mapping) -> ElfImage:
+        image = ElfImage((), EMPTY_TABLE, "symtab")
+        loads.append(image)
+        held[:] = [image]
+        return image
+
+    state = ProcessState.__new__(ProcessState)
+    state.images = {}
+    mapping = Mapping(0x1000, 0x2000, "r-xp", 0, (8, 1), 42, "/lib/x.so")
+    first = state.image(mapping, resolve)
+    assert state.image(mapping, resolve) is first and len(loads) == 1
+    del first
+    loads.clear()
+    held.clear()  # the cache evicted it: nothing keeps it alive, so it is resolved again
+    assert state.image(mapping, resolve) is not None and len(loads) == 1

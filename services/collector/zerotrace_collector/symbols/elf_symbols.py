@@ -129,7 +129,7 @@ class SymbolTable:
 EMPTY_TABLE: Final = SymbolTable(array("Q"), array("Q"), array("Q"), b"")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class ElfImage:
     """What symbolization needs from one ELF file."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import weakref
 from collections.abc import Callable
 
 from zerotrace_collector.symbols.elf_symbols import ElfImage
@@ -43,8 +44,10 @@ class ProcessState:
         self.maps_read_at = now
         self.reread_wait = reread_wait
         """Seconds from one maps read to the next allowed by an address outside them."""
-        self.images: dict[int, ElfImage | None] = {}
-        """Mapping start -> the ELF image of the file mapped there (None: unusable)."""
+        self.images: dict[int, weakref.ref[ElfImage] | None] = {}
+        """Mapping start -> the ELF image of the file mapped there (None: unusable). Weak:
+        the ElfCache alone decides how many images are held (its byte cap), and an image it
+        let go is resolved again, not kept alive here."""
         self.frames: dict[int, str] = {}
         self.pidfd: int | None = None
         self._poll: select.poll | None = None
@@ -84,11 +87,16 @@ class ProcessState:
     def image(
         self, mapping: Mapping, resolve: Callable[[Mapping], ElfImage | None]
     ) -> ElfImage | None:
-        try:
-            return self.images[mapping.start]
-        except KeyError:
-            image = self.images[mapping.start] = resolve(mapping)
-            return image
+        if mapping.start in self.images:
+            ref = self.images[mapping.start]
+            if ref is None:
+                return None
+            held = ref()
+            if held is not None:
+                return held
+        image = resolve(mapping)
+        self.images[mapping.start] = None if image is None else weakref.ref(image)
+        return image
 
     def close(self) -> None:
         if self.pidfd is not None:
