@@ -617,3 +617,22 @@ def test_bytes_keep_their_own_time_unless_a_later_packet_before_them_completes_t
     assert [(p.data, p.ts_ns) for p in conv.pieces(C2S)] == [
         (b"ab", 40_000), (b"cd", 50_000), (b"efgh", 90_000)
     ]  # fmt: skip
+
+
+def test_a_new_connection_on_a_closed_5_tuple_whose_data_comes_before_its_syn() -> None:
+    # The client reuses its port at once; in the capture the new connection's first segment
+    # overtakes its SYN. It is not a late packet of the old connection: it lies past its FIN.
+    conv = Conversation()
+    handshake(conv, 100, 7)
+    conv.feed(pkt(C, S, 101, 8, ACK | PSH, b"old"))
+    conv.feed(pkt(C, S, 104, 8, ACK | FIN))
+    conv.feed(pkt(S, C, 8, 105, ACK | FIN))
+    conv.feed(pkt(C, S, 105, 9, ACK))
+    assert [c.reason for c in conv.closes()] == [CloseReason.FIN]
+    conv.feed(pkt(C, S, 105, 9, ACK))  # a late ACK of the old one: still ignored
+    conv.feed(pkt(C, S, 6001, 901, ACK | PSH, b"new request"))
+    conv.feed(pkt(C, S, 6000, 0, SYN))
+    conv.feed(pkt(S, C, 900, 6001, SYN | ACK))
+    conv.finish()
+    assert conv.stream(C2S) == b"oldnew request" and conv.r.counters.gaps == 0
+    assert conv.r.counters.orphan_packets == 2  # the old connection's last two ACKs

@@ -43,7 +43,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from zerotrace_collector.packets.decode import TcpPacket
-from zerotrace_collector.packets.tcp_stream import MAX_WAITS, Insert, Stream
+from zerotrace_collector.packets.tcp_stream import MAX_WAITS, Insert, Stream, seq_diff
 
 MiB = 1024 * 1024
 SECOND_NS = 1_000_000_000
@@ -197,7 +197,8 @@ class TcpReassembler:
         self.limits = limits
         self.counters = ReassemblyCounters()
         self._flows: OrderedDict[_Key, _Flow] = OrderedDict()  # least recently active first
-        self._closed: OrderedDict[_Key, int] = OrderedDict()  # key -> forget after (ns)
+        # key -> (forget after (ns), each side's sequence number just past all it sent)
+        self._closed: OrderedDict[_Key, tuple[int, dict[Endpoint, int | None]]] = OrderedDict()
         self._resetting: OrderedDict[_Key, _Flow] = OrderedDict()  # by time of their RST
         self._held_total = 0
         self._now = 0
@@ -217,7 +218,8 @@ class TcpReassembler:
                 self._close(flow, key, CloseReason.REUSED, pkt.ts_ns, events)
                 flow = None
         if flow is None:
-            if (key in self._closed and not opening_syn) or (pkt.rst and not pkt.payload):
+            late = key in self._closed and not opening_syn and not self._reuses(key, src, pkt)
+            if late or (pkt.rst and not pkt.payload):
                 self.counters.orphan_packets += 1
                 return events
             self._closed.pop(key, None)
@@ -237,6 +239,13 @@ class TcpReassembler:
         for key, flow in list(self._flows.items()):
             self._close(flow, key, CloseReason.END_OF_INPUT, self._now, events)
         return events
+
+    def _reuses(self, key: _Key, src: Endpoint, pkt: TcpPacket) -> bool:
+        """A packet on the 5-tuple of a closed connection that its sender could not have sent
+        in it (past all it sent, FIN included): a new connection whose SYN the capture shows
+        later (the client reused its port at once, its ISN a little above the old one)."""
+        end = self._closed[key][1].get(src)
+        return end is not None and seq_diff(pkt.seq, end) > 0
 
     @property
     def open_flows(self) -> int:
@@ -470,7 +479,8 @@ class TcpReassembler:
         self._announce(flow, events)
         events.append(FlowClosed(flow.id, ts_ns, reason))
         if reason is not CloseReason.END_OF_INPUT:
-            self._closed[key] = ts_ns + self.limits.closed_memory_ns
+            ends = {flow.client: _end_seq(flow.c2s), flow.server: _end_seq(flow.s2c)}
+            self._closed[key] = (ts_ns + self.limits.closed_memory_ns, ends)
             self._closed.move_to_end(key)
             while len(self._closed) > self.limits.max_closed_remembered:
                 self._closed.popitem(last=False)
@@ -495,10 +505,18 @@ class TcpReassembler:
             self.counters.idle_closed += 1
             self._close(flow, key, CloseReason.IDLE, flow.last_ns + idle, events)
         while self._closed:
-            key, forget_at = next(iter(self._closed.items()))
+            key, (forget_at, _ends) = next(iter(self._closed.items()))
             if forget_at > self._now:
                 break
             del self._closed[key]
+
+
+def _end_seq(stream: Stream) -> int | None:
+    """The sequence number just past what a closed side sent (its FIN included)."""
+    if not stream.anchored:
+        return None
+    end = stream.seq_at(stream.next_off)
+    return (end + 1) % (1 << 32) if stream.fin_off is not None else end
 
 
 def _direction_of(flow: _Flow, sender: Endpoint) -> Direction:
