@@ -74,7 +74,7 @@ class KafkaNode:
         if self.data_dir.exists():
             progress("repairing a half-formatted Kafka data folder")
             shutil.rmtree(self.data_dir)
-        cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         result = subprocess.run(
             [
                 java,
@@ -94,7 +94,11 @@ class KafkaNode:
         )
         if result.returncode != 0:
             shutil.rmtree(self.data_dir, ignore_errors=True)
-            raise TransientIO(f"formatting Kafka storage failed: {result.stdout.strip()[-200:]}")
+            said = (result.stderr.strip() or result.stdout.strip()).splitlines()
+            raise TransientIO(
+                f"formatting Kafka storage failed (exit {result.returncode}): "
+                f"{said[-1][-200:] if said else 'no output'}"
+            )
 
     def answers(self) -> bool:
         """Ready means a metadata request is answered, not merely that the port is open."""
@@ -154,3 +158,13 @@ log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
 log4j.logger.kafka=INFO
 log4j.logger.org.apache.kafka=WARN
 """
+
+
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka writes them (16 bytes, URL-safe base64, no padding). Not
+    one starting with '-': the storage tool's argument parser would take it for an option
+    (Kafka's own Uuid.randomUuid() draws again for the same reason); 1 draw in 64 did."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
