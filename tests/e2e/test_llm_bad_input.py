@@ -29,9 +29,11 @@ require_ebpf()
 
 LINE_PORT = 80  # a well-known HTTP port carrying something else (root may bind it)
 # zerotrace's own peak resident memory over the whole run (the bcc compile at the start is
-# most of it), and how much it may grow while the 50 MiB body goes through: one poll drains
-# up to the socket ring buffer's 16 MiB (SocketProbe's 4096 pages) into Python, so that plus
-# slack; holding the body, or every record of it on the bus, shows as more.
+# most of it), and how much it may grow while the 50 MiB body goes through. What is in flight
+# is bounded by what one poll takes from the socket ring (POLL_BYTES, 4 MiB): its samples, then
+# their Avro records on the in-process bus until the correlator takes them, plus allocator
+# slack (measured 10-18 MiB; a poll that drained the whole 16 MiB ring at once gave up to 50).
+# Holding the body itself would show as more than this.
 MAX_RSS_BYTES = 400 * 1024 * 1024
 MAX_RSS_GROWTH_BYTES = 32 * 1024 * 1024
 RSS_EVERY_S = 0.02

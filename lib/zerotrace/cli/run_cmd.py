@@ -190,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
     drain_until: float | None = None
 
     last_tick = started
+    catching_up = False
 
     def correlate() -> int:
         nonlocal last_tick
@@ -208,6 +209,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         while not stop:
             moved = collector.pump(50)
+            # Idle priority keeps zerotrace out of the observed programs' way, but when the
+            # socket ring is left full after a poll (a burst: a large download) it competes
+            # normally until it caught up, rather than lose what comes next.
+            if args.cpu_priority == "idle" and socket_probe.backlog != catching_up:
+                catching_up = socket_probe.backlog
+                set_cpu_priority("normal" if catching_up else "idle")
             moved += correlate()
             moved += profiles.run_once(clock.now_ns())
             moved += indexer.run_once(0)

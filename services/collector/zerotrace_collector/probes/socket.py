@@ -47,6 +47,8 @@ PROGRAM_FILE: Final = "socket.c"
 TLS_PROGRAM_FILE: Final = "tls.c"
 EVENTS_MAP: Final = b"zt_socket_events"
 STATS_MAP: Final = b"zt_socket_stats"
+# Event bytes one poll takes from the ring at most (see _on_ring_event).
+POLL_BYTES: Final = 4 * 1024 * 1024
 SOCKETS_MAP: Final = b"zt_socket_fds"
 FAMILY_MAP: Final = b"zt_socket_family"
 # Indexes into zt_socket_stats; mirror the ZT_STAT_* defines in bpf/socket.c.
@@ -168,6 +170,10 @@ class SocketProbe(AttachedProbe):
         """(pid, fd) entries written from /proc at attach."""
         self._bpf: Any = None
         self._pending: list[SocketSample] = []
+        self._poll_budget = POLL_BYTES
+        # True when the last poll left events in the ring (it took POLL_BYTES): the reader is
+        # behind, and the ring may fill (then events are lost).
+        self.backlog = False
         self._lost_at_close = 0
         self._last_sweep = 0.0
 
@@ -377,7 +383,14 @@ class SocketProbe(AttachedProbe):
 
     def _on_ring_event(self, _ctx: Any, data: int, size: int) -> int:
         # Decoded at once: the event's buffer (up to the payload cap) is dropped here, so a
-        # drained ring costs its samples' memory once, not twice.
+        # drained ring costs its samples' memory once, not twice. Once a poll has taken
+        # POLL_BYTES, the event is left in the ring (libbpf stops at a negative return and
+        # does not consume that event): the next poll takes it, after what was taken went
+        # through the pipeline, so a full 16 MiB ring is never all in memory at once.
+        if self._poll_budget < size:
+            self.backlog = True
+            return -1
+        self._poll_budget -= size
         try:
             sample = decode_socket_event(ctypes.string_at(data, size))
         except MalformedEvent:
@@ -395,8 +408,11 @@ class SocketProbe(AttachedProbe):
         """
         if self._bpf is None:
             raise RuntimeError("poll() before attach()")
+        self._poll_budget = POLL_BYTES
+        self.backlog = False
         self._bpf.ring_buffer_poll(timeout=timeout_ms)
-        self._bpf.ring_buffer_consume()  # what came without a wake-up (see socket.c)
+        if self._poll_budget > 0:
+            self._bpf.ring_buffer_consume()  # what came without a wake-up (see socket.c)
         out, self._pending = self._pending, []
         now = time.monotonic()
         if now - self._last_sweep > _SWEEP_EVERY_S:
