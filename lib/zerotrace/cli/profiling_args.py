@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-DEFAULT_RATE_HZ = 97  # a prime near 100: never in step with 100 Hz timers and schedulers
+from zerotrace_collector.probes.profile import DEFAULT_OFFCPU_MIN_NS, DEFAULT_RATE_HZ
 
 
 def add_profiling_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,8 +33,9 @@ def add_profiling_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--off-cpu-min-us",
         type=int,
-        default=1000,
-        help="report a thread's blocked time only from this many microseconds (default 1000)",
+        default=DEFAULT_OFFCPU_MIN_NS // 1000,
+        help="report a thread's blocked time only from this many microseconds "
+        f"(default {DEFAULT_OFFCPU_MIN_NS // 1000})",
     )
     g.add_argument("--no-off-cpu", action="store_true", help="on-CPU samples only")
     g.add_argument("--no-gpu", action="store_true", help="do not attach the CUDA uprobes")
@@ -76,6 +77,4 @@ def profiling_feeds(
 def follow(feeds: list[Any], pid: int) -> None:
     """After attaching: profile pid and what it starts from now on."""
     for feed in feeds:
-        # A feed that knows more than its probe (the profile feed tells the Python walker
-        # about the process at once) follows itself; the others leave it to the probe.
-        getattr(feed, "follow_pid", feed.probe.follow_pid)(pid)
+        feed.follow_pid(pid)

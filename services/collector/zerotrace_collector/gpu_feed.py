@@ -229,6 +229,10 @@ class GpuFeed:
         out.update(self._py.counts)
         return out
 
+    def follow_pid(self, pid: int) -> None:
+        """Trace *pid* and what it forks from now on (the probe also reads its Python)."""
+        self.probe.follow_pid(pid)
+
     def close(self) -> None:
         self.probe.close()
         self._py.close()

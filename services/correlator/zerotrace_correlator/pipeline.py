@@ -9,7 +9,6 @@ with empty conversations and reports the exchanges it saw only in part as aborte
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from zerotrace import names
@@ -18,6 +17,7 @@ from zerotrace.clock import Clock
 from zerotrace.codec import AvroCodec
 from zerotrace.deadletter import dead_letter
 from zerotrace.errors import PoisonInput
+from zerotrace.step_output import Output, StepCounters
 from zerotrace_correlator.fileio_spans import file_open_span
 from zerotrace_correlator.http_llm_step import HttpLlmCorrelator
 
@@ -34,20 +34,6 @@ IDLE_PARTITION_NS = 30_000_000_000
 # has been quiet this long by the clock, `tick` moves event time up to the clock minus this
 # lag. Only on a quiet input: a worker that lags behind a backlog must not jump ahead of it.
 TICK_LAG_NS = 5_000_000_000
-
-
-@dataclass(frozen=True)
-class Output:
-    topic: str
-    key: bytes | None
-    value: bytes
-
-
-@dataclass
-class StepCounters:
-    consumed: int = 0
-    produced: int = 0
-    dead_letters: int = 0
 
 
 class CorrelatorStep:

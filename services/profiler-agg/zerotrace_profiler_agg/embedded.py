@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from zerotrace.bus import Bus, Consumer, Producer
 from zerotrace.codec import AvroCodec
-from zerotrace_profiler_agg.profile_step import CONSUMER, INPUT_TOPICS, Output, ProfileStep
+from zerotrace.step_output import Output
+from zerotrace_profiler_agg.profile_step import CONSUMER, INPUT_TOPICS, ProfileStep
 from zerotrace_profiler_agg.settings import ProfilerAggSettings
 
 TICK_EVERY_NS = 1_000_000_000  # as the faust worker's timer

@@ -13,7 +13,6 @@ them blocks; only the codec raises (ValueError: a bug, not input).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from zerotrace import names
@@ -21,25 +20,12 @@ from zerotrace.bus import Message
 from zerotrace.codec import AvroCodec
 from zerotrace.deadletter import dead_letter
 from zerotrace.errors import PoisonInput
+from zerotrace.step_output import Output, StepCounters
 from zerotrace_profiler_agg.profile_fold import ProfileFold
 from zerotrace_profiler_agg.settings import MS, ProfilerAggSettings
 
 CONSUMER = names.GROUP_PROFILER_AGG
 INPUT_TOPICS = (names.RAW_STACK.name, names.RAW_GPU.name)
-
-
-@dataclass(frozen=True)
-class Output:
-    topic: str
-    key: bytes | None
-    value: bytes
-
-
-@dataclass
-class StepCounters:
-    consumed: int = 0
-    produced: int = 0
-    dead_letters: int = 0
 
 
 class ProfileStep:
