@@ -113,7 +113,7 @@ def test_pcap_of_a_run_gives_the_clients_figures(server: Server, tmp_path: Path)
         + "\n".join(problems)
     )
     # On the wire a token is seen before the client reads it, earlier by the client's wake-up
-    # delay; the clients measure that delay (run-queue wait, send window: tests/harness/
+    # delay; the clients measure that delay (wait and run time, send window: tests/harness/
     # accuracy.py), and every request must fall inside its measured window.
     assert problems == [], "\n".join(problems[:20])
     for t in truths:

@@ -5,11 +5,12 @@ client-side observation point; token counts exact.
 
 One allowance, for the truth's own uncertainty, measured by the client itself: it stamps the
 time just before its send call and again when it returns, and for every read it notes how
-long it sat runnable without a CPU (the kernel's run-queue wait, /proc/thread-self/schedstat).
-On a busy 2-core machine the scheduler sometimes does that for milliseconds: the request then
-left at some moment of the send window, and a token reached the socket up to the wait before
-the client saw it. A figure that matches any moment of these windows (within the tolerance) is
-counted as right; `uncertain` lists such requests, so a report can say how many there were."""
+long it ran or sat runnable without a CPU (/proc/thread-self/schedstat) after it started.
+On a busy 2-core machine the scheduler sometimes makes a client wait for milliseconds, and a
+page fault can stall it as long: the request then left at some moment of the send window, and
+a token reached the socket up to that time before the client saw it. A figure that matches
+any moment of these windows (within the tolerance) is counted as right; `uncertain` lists such
+requests, so a report can say how many there were."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def _waits(t: Mapping[str, Any]) -> list[int]:
 
 def ttft_window(t: Mapping[str, Any]) -> tuple[int, int]:
     """The TTFT the client's own uncertainty allows: the first token reached the socket up
-    to its read's run-queue wait before the stamp; the request left within the send window."""
+    to its read's busy time before the stamp; the request left within the send window."""
     first, wait = int(t["token_ns"][0]), _waits(t)[0]
     sent_done = max(int(t["sent_done_ns"]), int(t["sent_ns"]))
     return first - wait - sent_done, first - int(t["sent_ns"])

@@ -45,6 +45,10 @@ KINDS = (
 
 @dataclass
 class Truth:
+    """One request as its client saw it. Times are CLOCK_MONOTONIC ns, the clock of the
+    kernel timestamps zerotrace takes (a wall-clock step between two stamps would otherwise
+    show as an error): only differences mean anything."""
+
     number: int
     kind: str
     model: str
@@ -56,9 +60,9 @@ class Truth:
     sent_done_ns: int = 0
     token_ns: list[int] = field(default_factory=list)  # arrival of each content event
     # For each token: how much earlier than token_ns it may have reached the client's socket
-    # (the truth's own uncertainty on a busy machine): the run-queue wait of the read that
-    # brought it (/proc/thread-self/schedstat), or, when the read found the data already
-    # waiting, the time since the previous read returned.
+    # (the truth's own uncertainty on a busy machine): the time the read that brought it spent
+    # running or waiting for a CPU (/proc/thread-self/schedstat), or, when the read found the
+    # data already waiting, the time since the previous read returned.
     token_wait_ns: list[int] = field(default_factory=list)
     done_ns: int = 0
     output_tokens: int = 0
@@ -89,19 +93,23 @@ _last_read_wait_ns = 0
 _READ_DID_NOT_BLOCK_NS = 100_000
 
 
-def _arrival_slack(called_ns: int, returned_ns: int, queued_ns: int, previous_ns: int) -> int:
+def _arrival_slack(called_ns: int, returned_ns: int, busy_ns: int, previous_ns: int) -> int:
     """How much earlier than `returned_ns` the bytes may have reached the socket. A read that
-    blocked was woken by them: only its run-queue wait separates the two. A read that found
-    them waiting cannot tell when they came, only that it was after the previous read."""
+    blocked was woken by them: only the time this thread then spent waiting for a CPU or
+    running (decrypting, copying, a page fault that compacts memory) separates the two; the
+    read's `busy_ns` counts both. A read that found them waiting cannot tell when they came,
+    only that it was after the previous read."""
     if returned_ns - called_ns >= _READ_DID_NOT_BLOCK_NS or not previous_ns:
-        return queued_ns
-    return max(queued_ns, returned_ns - previous_ns)
+        return busy_ns
+    return max(busy_ns, returned_ns - previous_ns)
 
 
-def _runqueue_wait_ns() -> int:
-    """Time this thread has spent runnable but waiting for a CPU, since it started."""
+def _busy_ns() -> int:
+    """Time this thread has spent running or runnable (waiting for a CPU), since it started:
+    the first two fields of /proc/thread-self/schedstat."""
     with open("/proc/thread-self/schedstat") as stat:
-        return int(stat.read().split()[1])
+        on_cpu, runqueue, _ = stat.read().split(maxsplit=2)
+    return int(on_cpu) + int(runqueue)
 
 
 _sent_done_ns = 0
@@ -113,30 +121,32 @@ def _mark_sent(_request: Any) -> None:
 
 
 def _stamp_sockets() -> None:
-    """Wrap socket send and recv (plain and TLS) to note when bytes left and came in."""
+    """Wrap socket send and recv (plain and TLS) to note when bytes left and came in.
+
+    Reads are wrapped at the innermost Python layer only (SSLSocket.recv and recv_into call
+    SSLSocket.read): an outer wrapper would stamp after the inner one's bookkeeping, which
+    opens a /proc file, and the truth would lag the read by that much."""
 
     def sending(original: Any) -> Any:
         def send(self: Any, data: Any, *args: Any) -> Any:
             global _send_pending, _sent_ns, _sent_done_ns
             if not _send_pending:
                 return original(self, data, *args)
-            _sent_ns, _send_pending = time.time_ns(), False
+            _sent_ns, _send_pending = time.monotonic_ns(), False
             try:
                 return original(self, data, *args)
             finally:
-                _sent_done_ns = time.time_ns()
+                _sent_done_ns = time.monotonic_ns()
 
         return send
 
     def receiving(original: Any) -> Any:
         def recv(self: Any, *args: Any) -> Any:
             global _last_read_ns, _last_read_wait_ns
-            waited, called = _runqueue_wait_ns(), time.time_ns()
+            busy, called = _busy_ns(), time.monotonic_ns()
             data = original(self, *args)
-            now = time.time_ns()
-            _last_read_wait_ns = _arrival_slack(
-                called, now, _runqueue_wait_ns() - waited, _last_read_ns
-            )
+            now = time.monotonic_ns()
+            _last_read_wait_ns = _arrival_slack(called, now, _busy_ns() - busy, _last_read_ns)
             _last_read_ns = now
             return data
 
@@ -145,9 +155,9 @@ def _stamp_sockets() -> None:
     for cls in (socket.socket, ssl.SSLSocket):
         for name in ("send", "sendall"):
             setattr(cls, name, sending(getattr(cls, name)))
-        for name in ("recv", "recv_into", "read"):
-            if hasattr(cls, name):
-                setattr(cls, name, receiving(getattr(cls, name)))
+    for name in ("recv", "recv_into"):
+        setattr(socket.socket, name, receiving(getattr(socket.socket, name)))
+    ssl.SSLSocket.read = receiving(ssl.SSLSocket.read)  # type: ignore[method-assign]
 
 
 def _init(url: str, cafile: str | None, ready: Any = None) -> None:
@@ -207,7 +217,7 @@ def run_one(spec: Spec) -> Truth:
                 if chunk.choices and chunk.choices[0].text:
                     truth.token_ns.append(now)
                     truth.token_wait_ns.append(_last_read_wait_ns)
-            truth.sent_ns, truth.done_ns = _sent_ns, time.time_ns()
+            truth.sent_ns, truth.done_ns = _sent_ns, time.monotonic_ns()
             truth.sent_done_ns = _sent_done_ns
             truth.output_tokens = len(truth.token_ns)
         elif spec.kind == "openai-responses-stream":
@@ -223,7 +233,7 @@ def run_one(spec: Spec) -> Truth:
                 if event.type == "response.output_text.delta" and event.delta:
                     truth.token_ns.append(now)
                     truth.token_wait_ns.append(_last_read_wait_ns)
-            truth.sent_ns, truth.done_ns = _sent_ns, time.time_ns()
+            truth.sent_ns, truth.done_ns = _sent_ns, time.monotonic_ns()
             truth.sent_done_ns = _sent_done_ns
             truth.output_tokens = len(truth.token_ns)
         else:
@@ -243,14 +253,26 @@ def run_one(spec: Spec) -> Truth:
                     truth.token_wait_ns.append(_last_read_wait_ns)
                 if chunk.usage is not None:
                     truth.output_tokens = chunk.usage.completion_tokens
-            truth.sent_ns, truth.done_ns = _sent_ns, time.time_ns()
+            truth.sent_ns, truth.done_ns = _sent_ns, time.monotonic_ns()
             truth.sent_done_ns = _sent_done_ns
             truth.output_tokens = truth.output_tokens or len(truth.token_ns)
     except Exception as exc:  # recorded, so a test shows which request failed and why
-        truth.error = f"{type(exc).__name__}: {exc}"
+        truth.error = _explain(exc)
     finally:
         gc.enable()
     return truth
+
+
+def _explain(exc: BaseException) -> str:
+    """The error and what caused it: the SDK says only "Connection error." and keeps the
+    transport's reason (reset, refused, closed before a response, TLS) in the chain."""
+    parts, seen = [], set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return " <- ".join(parts)
 
 
 def _raw_stream(spec: Spec, model: str, truth: Truth) -> None:
@@ -275,26 +297,22 @@ def _raw_stream(spec: Spec, model: str, truth: Truth) -> None:
         context = ssl.create_default_context(cafile=_cafile)
         sock = context.wrap_socket(sock, server_hostname=url.hostname)
     with sock:
-        truth.sent_ns = time.time_ns()
+        truth.sent_ns = time.monotonic_ns()
         sock.sendall(head.encode() + body.encode())
-        truth.sent_done_ns = previous = time.time_ns()
+        truth.sent_done_ns = time.monotonic_ns()
         raw = b""
         while True:
-            waited, called = _runqueue_wait_ns(), time.time_ns()
-            data = sock.recv(65536)
-            now = time.time_ns()
-            wait = _arrival_slack(called, now, _runqueue_wait_ns() - waited, previous)
-            previous = now
+            data = sock.recv(65536)  # the wrapped read stamps its return and slack
             if not data:
                 break
             raw += data
-            # Count complete SSE content events seen so far; stamp the new ones with now.
+            # Count complete SSE content events seen so far; stamp the new ones with the read.
             events = _sse_events(_dechunk(raw))
             content = [e for e in events if _has_content(e)]
             new = len(content) - len(truth.token_ns)
-            truth.token_ns += [now] * new
-            truth.token_wait_ns += [wait] * new
-        truth.done_ns = time.time_ns()
+            truth.token_ns += [_last_read_ns] * new
+            truth.token_wait_ns += [_last_read_wait_ns] * new
+        truth.done_ns = time.monotonic_ns()
     truth.output_tokens = len(truth.token_ns)
 
 

@@ -243,6 +243,11 @@ def main() -> None:
         log_level="warning",
         ssl_certfile=args.certfile,
         ssl_keyfile=args.keyfile,
+        # uvicorn closes a connection idle for 5 s by default; a client that sends its next
+        # request just then gets "Server disconnected" (the SDK: "Connection error."). The load
+        # clients sit idle that long while the others warm up, and a test measures zerotrace,
+        # not that race.
+        timeout_keep_alive=300,
     )
 
 
