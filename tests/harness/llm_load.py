@@ -23,11 +23,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import gzip
 import json
 import multiprocessing
 import os
 import socket
 import ssl
+import struct
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -62,7 +64,8 @@ class Truth:
     # For each token: how much earlier than token_ns it may have reached the client's socket
     # (the truth's own uncertainty on a busy machine): the time the read that brought it spent
     # running or waiting for a CPU (/proc/thread-self/schedstat), or, when the read found the
-    # data already waiting, the time since the previous read returned.
+    # data already waiting, the time since the previous read returned; at least as long as
+    # the kernel says the bytes had waited in the socket, when that is more than a tick.
     token_wait_ns: list[int] = field(default_factory=list)
     done_ns: int = 0
     output_tokens: int = 0
@@ -102,6 +105,35 @@ def _arrival_slack(called_ns: int, returned_ns: int, busy_ns: int, previous_ns: 
     if returned_ns - called_ns >= _READ_DID_NOT_BLOCK_NS or not previous_ns:
         return busy_ns
     return max(busy_ns, returned_ns - previous_ns)
+
+
+def _tick_ns() -> int:
+    """One kernel tick, from the kernel's config where it publishes it (CONFIG_HZ=250 on these
+    machines: 4 ms); otherwise 10 ms, the coarsest, so that a coarse count never passes for
+    a stall."""
+    with contextlib.suppress(OSError, ValueError), gzip.open("/proc/config.gz", "rt") as config:
+        for line in config:
+            if line.startswith("CONFIG_HZ="):
+                return 1_000_000_000 // int(line.split("=", 1)[1])
+    return 10_000_000
+
+
+_TICK_NS = _tick_ns()
+_TCP_INFO_LAST_DATA_RECV = 52  # offset of tcpi_last_data_recv (ms) in struct tcp_info
+
+
+def _held_by_kernel_ns(sock: Any) -> int:
+    """How long the newest bytes had been in the socket when a read returned, by the kernel's
+    own count (TCP_INFO's last data received, in whole ticks): 0 unless surely more than a
+    tick, otherwise an upper bound. It covers what the thread's counters cannot: a stall
+    while it slept on a lock or while the hypervisor ran another guest."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+        (last_ms,) = struct.unpack_from("I", info, _TCP_INFO_LAST_DATA_RECV)
+    except (OSError, struct.error):
+        return 0
+    held = last_ms * 1_000_000
+    return held + _TICK_NS if held >= 2 * _TICK_NS else 0
 
 
 def _busy_ns() -> int:
@@ -146,8 +178,9 @@ def _stamp_sockets() -> None:
             busy, called = _busy_ns(), time.monotonic_ns()
             data = original(self, *args)
             now = time.monotonic_ns()
-            _last_read_wait_ns = _arrival_slack(called, now, _busy_ns() - busy, _last_read_ns)
-            _last_read_ns = now
+            slack = _arrival_slack(called, now, _busy_ns() - busy, _last_read_ns)
+            held = _held_by_kernel_ns(self) if data else 0
+            _last_read_wait_ns, _last_read_ns = max(slack, held), now
             return data
 
         return recv
