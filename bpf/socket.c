@@ -3,8 +3,10 @@
  * zerotrace socket probe: bytes moved on TCP sockets, with the first bytes of
  * payload, plus connect/accept/close of those sockets.
  *
- * Attach points: syscall tracepoints only (no kprobes, no kernel struct reads:
- * the running kernel's layouts differ from the headers bcc compiles against).
+ * Attach points: syscall tracepoints only (no kprobes). Kernel structs are read only
+ * for the TCP sequence number, and only by offsets the loader takes from the running
+ * kernel's BTF (the ZT_OFF_* flags below): their layouts differ from the headers bcc
+ * compiles against.
  *   sys_{enter,exit}_{read,write,readv,writev,recvfrom,sendto,recvmsg,sendmsg}
  *       -> struct zt_sock_data_hdr + payload, for tracked (pid, fd) only
  *   sys_{enter,exit}_{connect,accept,accept4} -> track the fd, zt_sock_conn_event
@@ -37,6 +39,8 @@
  *   ZT_MAX_SOCKETS      max tracked (pid, fd)
  *   ZT_CAPTURE_TLS      1 = include tls.c
  *   ZT_NR_CPUS          possible CPU ids (sizes the payload scratch)
+ *   ZT_OFF_*            member offsets from /sys/kernel/btf/vmlinux (probes/socket.py
+ *                       TCP_SEQ_MEMBERS); without them events carry no tcp_seq
  * Filters apply where a socket becomes tracked (connect/accept) and at TLS entry;
  * the data path only asks "is (pid, fd) tracked?".
  */
@@ -125,7 +129,7 @@ struct zt_sys_call {
 	u8 op;
 	u8 flags;
 	u8 addr[28]; /* connect: the user's sockaddr */
-	u32 _pad;
+	u32 tcp_seq; /* data calls, with ZT_SOCK_F_TCP_SEQ in flags */
 };
 
 struct zt_sock_data_scratch {
@@ -280,7 +284,7 @@ static __always_inline u32 zt_copy_iov(u8 *payload, u64 iov_ptr, u64 vlen, s64 t
  */
 static __always_inline void zt_emit_data(u32 tgid, u32 tid, s32 fd, u64 start_ns, s64 ret,
 					 u64 conn_start_ns, u8 direction, u8 source, u8 op,
-					 u8 flags, int copy, u64 src, u64 vlen)
+					 u8 flags, int copy, u64 src, u64 vlen, u32 tcp_seq)
 {
 	u32 cpu = bpf_get_smp_processor_id();
 	struct zt_sock_data_scratch *ev = zt_socket_scratch.lookup(&cpu);
@@ -299,6 +303,8 @@ static __always_inline void zt_emit_data(u32 tgid, u32 tid, s32 fd, u64 start_ns
 	ev->hdr.source = source;
 	ev->hdr.op = op;
 	ev->hdr.flags = flags;
+	ev->hdr.tcp_seq = tcp_seq;
+	ev->hdr._pad = 0;
 	bpf_get_current_comm(ev->hdr.comm, sizeof(ev->hdr.comm));
 	u64 n = 0;
 	if (copy == 1)
@@ -324,6 +330,47 @@ static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_ke
 #if !ZT_CAPTURE_TLS
 static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_key *key,
 					    struct zt_sock_info *info, u8 direction)
+{
+	return 0;
+}
+#endif
+
+/* ---- TCP sequence numbers ---------------------------------------------------- */
+
+#ifdef ZT_OFF_TCP_WRITE_SEQ
+static __always_inline int zt_read_ptr(u64 *out, u64 base, u64 offset)
+{
+	return base && bpf_probe_read_kernel(out, sizeof(*out), (void *)(base + offset)) == 0 &&
+	       *out;
+}
+
+/*
+ * The sequence number of the next byte this call moves: tcp_sock.write_seq for a send
+ * (the first byte it queues), tcp_sock.copied_seq for a receive (the first byte it
+ * returns), read at syscall entry through current->files->fdt->fd[fd]->private_data->sk.
+ * A concurrent call on the same socket from another thread can move them first: rare,
+ * and the sequence number is then off, not the bytes. 0 when any link is missing or the
+ * fd is not a socket (its socket->file does not point back at the file).
+ */
+static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u32 *seq)
+{
+	u64 task = bpf_get_current_task();
+	u64 files = 0, fdt = 0, fds = 0, file = 0, sock = 0, back = 0, sk = 0;
+	u32 max_fds = 0;
+	if (fd < 0 || !zt_read_ptr(&files, task, ZT_OFF_TASK_FILES) ||
+	    !zt_read_ptr(&fdt, files, ZT_OFF_FILES_FDT) ||
+	    bpf_probe_read_kernel(&max_fds, sizeof(max_fds), (void *)(fdt + ZT_OFF_FDT_MAX_FDS)) ||
+	    (u32)fd >= max_fds || !zt_read_ptr(&fds, fdt, ZT_OFF_FDT_FD) ||
+	    !zt_read_ptr(&file, fds, (u64)fd * 8) ||
+	    !zt_read_ptr(&sock, file, ZT_OFF_FILE_PRIVATE_DATA) ||
+	    !zt_read_ptr(&back, sock, ZT_OFF_SOCKET_FILE) || back != file ||
+	    !zt_read_ptr(&sk, sock, ZT_OFF_SOCKET_SK))
+		return 0;
+	u64 off = direction == ZT_DIR_EGRESS ? ZT_OFF_TCP_WRITE_SEQ : ZT_OFF_TCP_COPIED_SEQ;
+	return bpf_probe_read_kernel(seq, sizeof(*seq), (void *)(sk + off)) == 0;
+}
+#else
+static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u32 *seq)
 {
 	return 0;
 }
@@ -357,6 +404,9 @@ static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 di
 	c->flags = zt_tls_on_syscall(tgid, tid, &key, info, direction);
 	if (info->tls)
 		c->flags |= ZT_SOCK_F_CIPHERTEXT;
+	c->tcp_seq = 0;
+	if (zt_tcp_seq((s32)fd, direction, &c->tcp_seq))
+		c->flags |= ZT_SOCK_F_TCP_SEQ;
 	if (zt_socket_inflight.update(&tid, c) != 0)
 		zt_stat_inc(ZT_STAT_INFLIGHT_FULL);
 	return 0;
@@ -377,7 +427,7 @@ static __always_inline int zt_data_exit(s64 ret, u8 direction, int vector)
 		return 0; /* EAGAIN, error, or EOF: no bytes moved */
 	int copy = (st.flags & ZT_SOCK_F_CIPHERTEXT) ? 0 : (vector ? 2 : 1);
 	zt_emit_data(tgid, tid, st.fd, st.start_ns, ret, st.conn_start_ns, direction,
-		     ZT_SRC_SYSCALL, st.op, st.flags, copy, st.buf, st.vlen);
+		     ZT_SRC_SYSCALL, st.op, st.flags, copy, st.buf, st.vlen, st.tcp_seq);
 	return 0;
 }
 

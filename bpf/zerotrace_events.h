@@ -84,6 +84,7 @@ _Static_assert(sizeof(struct zt_file_open_event) == 320,
 #define ZT_SOCK_F_CIPHERTEXT 0x01 /* syscall bytes of a TLS connection: payload not copied */
 #define ZT_SOCK_F_FD_GUESSED 0x02 /* TLS: SSL*->fd bound by the memory-BIO heuristic */
 #define ZT_SOCK_F_FD_UNKNOWN 0x04 /* TLS: no fd known for this SSL* yet (fd is -1) */
+#define ZT_SOCK_F_TCP_SEQ    0x08 /* tcp_seq holds the TCP sequence number of the first byte */
 
 /*
  * Bytes moved on a tracked socket by one syscall or one SSL_read/SSL_write.
@@ -106,7 +107,10 @@ _Static_assert(sizeof(struct zt_file_open_event) == 320,
  *       59    1 flags          ZT_SOCK_F_*
  *       60    4 payload_len    bytes of payload that follow the header
  *       64   16 comm
- *       80                     header total; payload follows
+ *       80    4 tcp_seq        with ZT_SOCK_F_TCP_SEQ: sequence number of the call's first
+ *                              byte (syscalls: write_seq / copied_seq at entry)
+ *       84    4 _pad
+ *       88                     header total; payload follows
  */
 struct zt_sock_data_hdr {
 	u32 type;
@@ -124,9 +128,11 @@ struct zt_sock_data_hdr {
 	u8 flags;
 	u32 payload_len;
 	char comm[ZT_COMM_LEN];
+	u32 tcp_seq;
+	u32 _pad;
 };
 
-_Static_assert(sizeof(struct zt_sock_data_hdr) == 80,
+_Static_assert(sizeof(struct zt_sock_data_hdr) == 88,
 	       "zt_sock_data_hdr layout changed: update socket_decode.py");
 
 /* zt_sock_conn_event.kind */

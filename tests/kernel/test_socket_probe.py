@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import itertools
 import json
 import os
 import subprocess
@@ -24,6 +25,7 @@ import pytest
 from tests.ebpf_required import require_ebpf
 from zerotrace_collector.probes.socket import SocketProbe
 from zerotrace_collector.probes.socket_decode import (
+    F_TCP_SEQ,
     ConnKind,
     ConnSample,
     Direction,
@@ -209,7 +211,7 @@ def test_round_trips_counted_exactly(probe: SocketProbe) -> None:
     finally:
         _reap(server, client)
     assert probe.lost == lost_before, "kernel dropped events: host too busy to verify counts"
-    assert probe.malformed == malformed_before
+    assert probe.malformed == malformed_before, probe.last_malformed
 
     data = [s for s in samples if isinstance(s, SocketDataSample)]
     conns = [s for s in samples if isinstance(s, ConnSample)]
@@ -227,7 +229,21 @@ def test_round_trips_counted_exactly(probe: SocketProbe) -> None:
     total_resp = sum(len(response(i)) for i in range(ROUNDS))
     assert sum(s.nbytes for s in c_out) == sum(s.nbytes for s in s_in) == total_req
     assert sum(s.nbytes for s in s_out) == sum(s.nbytes for s in c_in) == total_resp
-    assert all(s.source is Source.SYSCALL and s.flags == 0 for s in data)
+    assert all(s.source is Source.SYSCALL and s.flags == F_TCP_SEQ for s in data)
+
+    # TCP sequence numbers, read from the kernel's own structs (offsets from its BTF): each
+    # call starts where the previous one on its side ended, and a receiver's first byte
+    # has the sequence number its sender gave it, though two processes' structs were read.
+    def chained(calls: list[SocketDataSample]) -> bool:
+        seqs = [s.tcp_seq for s in calls]
+        return None not in seqs and all(
+            (a.tcp_seq + a.nbytes) % 2**32 == b.tcp_seq  # type: ignore[operator]
+            for a, b in itertools.pairwise(calls)
+        )
+
+    for calls in (c_out, s_in, s_out, c_in):
+        assert chained(calls), [(s.tcp_seq, s.nbytes) for s in calls]
+    assert s_in[0].tcp_seq == c_out[0].tcp_seq and c_in[0].tcp_seq == s_out[0].tcp_seq
 
     # Payload prefixes are the bytes sent; only the big request is truncated.
     for i, (out, got) in enumerate(zip(c_out, c_in, strict=True)):

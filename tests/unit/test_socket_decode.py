@@ -48,14 +48,16 @@ def data_event(
     payload: bytes = b"hello",
     payload_len: int | None = None,
     comm: bytes = b"python3\0\0\0\0\0\0\0\0\0",
+    tcp_seq: int = 0,
 ) -> bytes:
     """Independent encoder mirroring struct zt_sock_data_hdr field by field."""
     plen = len(payload) if payload_len is None else payload_len
     head = b"".join(
         [u(tag, 4), u(11, 4), u(12, 4), u(fd, 4, True), u(99, 8), u(start, 8), u(end, 8),
-         u(ret, 8, True), u(500, 8), bytes([direction, source, op, flags]), u(plen, 4), comm]
+         u(ret, 8, True), u(500, 8), bytes([direction, source, op, flags]), u(plen, 4), comm,
+         u(tcp_seq, 4), b"\0" * 4]
     )  # fmt: skip
-    assert len(head) == 80
+    assert len(head) == 88
     return head + payload
 
 
@@ -74,7 +76,14 @@ def sockaddr_in(ip: str, port: int) -> bytes:
 
 
 def test_sizes_match_the_header() -> None:
-    assert (DATA_HEADER_SIZE, CONN_EVENT_SIZE) == (80, 112)
+    assert (DATA_HEADER_SIZE, CONN_EVENT_SIZE) == (88, 112)
+
+
+def test_tcp_seq_only_with_its_flag() -> None:
+    with_seq = decode_socket_data(data_event(flags=0x08, tcp_seq=0xFFFF_FFF0))
+    assert with_seq.tcp_seq == 0xFFFF_FFF0
+    # Without the flag the field is whatever the probe left there: not a sequence number.
+    assert decode_socket_data(data_event(tcp_seq=1234)).tcp_seq is None
 
 
 def test_data_event_decodes_every_field() -> None:

@@ -9,7 +9,9 @@ Ids:
             are two observations), ``connect``/``accept``/``close`` for ConnEvent.
   conn_id   ``{node}/{pid}/{fd}/{conn_start_ns}``: the same for every record of one
             connection, from connect/accept (or discovery in /proc) to close.
-``tcp_seq`` is always null: the probe reads no kernel structs (see proc_net.py).
+``tcp_seq``: the sequence number of the call's first byte for syscall events when the
+probe found the kernel's struct offsets (BTF); null for SSL calls (their bytes are
+plaintext, the sequence numbers count ciphertext) and where the kernel has no BTF.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def socket_data_record(
         "bytes": sample.nbytes,
         "payload": sample.payload,
         "payload_truncated": sample.truncated,
-        "tcp_seq": None,
+        "tcp_seq": sample.tcp_seq,
         **_endpoints(endpoints),
     }
 

@@ -31,6 +31,7 @@ from .bcc_loader import (
     first_line,
     read_program,
 )
+from .kernel_btf import VMLINUX, BtfError, KernelBtf
 from .socket_decode import (
     ConnKind,
     ConnSample,
@@ -75,6 +76,31 @@ _SYSCALLS: Final = (
     "close",
     "socket",
 )
+# The path socket.c follows from a data syscall's fd to the TCP sequence numbers:
+# current->files->fdt->fd[fd]->private_data (struct socket)->sk (struct tcp_sock).
+TCP_SEQ_MEMBERS: Final = (
+    ("ZT_OFF_TASK_FILES", "task_struct", "files"),
+    ("ZT_OFF_FILES_FDT", "files_struct", "fdt"),
+    ("ZT_OFF_FDT_MAX_FDS", "fdtable", "max_fds"),
+    ("ZT_OFF_FDT_FD", "fdtable", "fd"),
+    ("ZT_OFF_FILE_PRIVATE_DATA", "file", "private_data"),
+    ("ZT_OFF_SOCKET_FILE", "socket", "file"),
+    ("ZT_OFF_SOCKET_SK", "socket", "sk"),
+    ("ZT_OFF_TCP_WRITE_SEQ", "tcp_sock", "write_seq"),
+    ("ZT_OFF_TCP_COPIED_SEQ", "tcp_sock", "copied_seq"),
+)
+
+
+def tcp_seq_cflags(btf_path: Path = VMLINUX) -> tuple[list[str], str | None]:
+    """The -D flags that let socket.c read TCP sequence numbers on this kernel, or no flags
+    and one line saying why not (then events carry no tcp_seq; nothing else changes)."""
+    try:
+        offsets = KernelBtf.running_kernel(btf_path).offsets(TCP_SEQ_MEMBERS)
+    except BtfError as exc:
+        return [], f"tcp_seq off: {exc}"
+    return [f"-D{macro}={offset}" for macro, offset in offsets.items()], None
+
+
 _COMM_PREFIX: Final = re.compile(r"[A-Za-z0-9_.:/@+-]{1,15}")
 _SWEEP_EVERY_S: Final = 10.0
 
@@ -159,6 +185,8 @@ class SocketProbe(AttachedProbe):
         self.notes: list[str] = []
         """One line per feature that is off (e.g. no libssl -> TLS capture off)."""
         self.malformed = 0
+        self.last_malformed = ""
+        """Why the newest malformed event was refused (for diagnostics)."""
         self.truncated = 0
         """Data samples whose payload holds fewer bytes than the call moved."""
         self.ciphertext_dropped = 0
@@ -176,6 +204,7 @@ class SocketProbe(AttachedProbe):
         self.backlog = False
         self._lost_at_close = 0
         self._last_sweep = 0.0
+        self._tcp_seq: tuple[list[str], str | None] | None = None
 
     # -- program -------------------------------------------------------------
 
@@ -200,7 +229,12 @@ class SocketProbe(AttachedProbe):
         ]
         if self.comm_prefix:
             flags.append(f'-DZT_FILTER_COMM="{self.comm_prefix}"')
-        return flags
+        return flags + self._tcp_seq_flags()[0]
+
+    def _tcp_seq_flags(self) -> tuple[list[str], str | None]:
+        if self._tcp_seq is None:  # the kernel's BTF is read once per probe (~0.5 s)
+            self._tcp_seq = tcp_seq_cflags()
+        return self._tcp_seq
 
     def _source(self) -> str:
         # tls.c is compiled in the same unit as socket.c (shared maps; see socket.c).
@@ -235,6 +269,9 @@ class SocketProbe(AttachedProbe):
             ],
         )
         self.notes = []
+        seq_note = self._tcp_seq_flags()[1]
+        if seq_note:
+            self.notes.append(seq_note)
         if self.want_tls and self.libssl is None:
             self.libssl = find_libssl()
             if self.libssl is None:
@@ -393,8 +430,9 @@ class SocketProbe(AttachedProbe):
         self._poll_budget -= size
         try:
             sample = decode_socket_event(ctypes.string_at(data, size))
-        except MalformedEvent:
+        except MalformedEvent as exc:
             self.malformed += 1
+            self.last_malformed = str(exc)
             return 0
         if self._keep(sample):
             self._pending.append(sample)

@@ -3,7 +3,7 @@
 Pure Python: no bcc import. Two records share the ring buffer, told apart by the
 leading u32 type tag:
 
-``struct zt_sock_data_hdr`` (80 bytes) followed by ``payload_len`` payload bytes::
+``struct zt_sock_data_hdr`` (88 bytes) followed by ``payload_len`` payload bytes::
 
     off size field            off size field
       0    4 u32 type (2)      48    8 u64 conn_start_ns
@@ -13,7 +13,8 @@ leading u32 type tag:
      16    8 u64 cgroup_id     59    1 u8  flags
      24    8 u64 start_ns      60    4 u32 payload_len
      32    8 u64 end_ns        64   16 char comm[16]
-     40    8 s64 ret           80      payload
+     40    8 s64 ret           80    4 u32 tcp_seq (with F_TCP_SEQ), 84 pad
+                               88      payload
 
 ``struct zt_sock_conn_event`` (112 bytes)::
 
@@ -63,15 +64,17 @@ F_FD_GUESSED: Final = 0x02
 """TLS: the SSL* -> fd binding came from the memory-BIO heuristic."""
 F_FD_UNKNOWN: Final = 0x04
 """TLS: no fd known for this SSL* (``fd`` is -1)."""
-_KNOWN_FLAGS: Final = F_CIPHERTEXT | F_FD_GUESSED | F_FD_UNKNOWN
+F_TCP_SEQ: Final = 0x08
+"""``tcp_seq`` is the TCP sequence number of the call's first byte."""
+_KNOWN_FLAGS: Final = F_CIPHERTEXT | F_FD_GUESSED | F_FD_UNKNOWN | F_TCP_SEQ
 
-DATA_HEADER: Final = struct.Struct(f"<IIIiQQQqQBBBBI{COMM_LEN}s")
+DATA_HEADER: Final = struct.Struct(f"<IIIiQQQqQBBBBI{COMM_LEN}sI4x")
 DATA_HEADER_SIZE: Final = DATA_HEADER.size
 CONN_EVENT: Final = struct.Struct(f"<IIIiQQQqQIHH{COMM_LEN}s28s4x")
 CONN_EVENT_SIZE: Final = CONN_EVENT.size
 _MAX_TRAILING: Final = 7  # perf-buffer padding, as in fileio_decode
 
-if DATA_HEADER_SIZE != 80 or CONN_EVENT_SIZE != 112:  # pragma: no cover - guards edits
+if DATA_HEADER_SIZE != 88 or CONN_EVENT_SIZE != 112:  # pragma: no cover - guards edits
     raise ImportError("socket event layout drifted from bpf/zerotrace_events.h")
 
 _AF_INET: Final = 2
@@ -131,6 +134,8 @@ class SocketDataSample:
     comm: str
     payload: bytes
     """The first ``min(bytes, capture size)`` bytes; empty for ciphertext events."""
+    tcp_seq: int | None = None
+    """TCP sequence number of the first byte, where the probe could read it (syscalls)."""
 
     @property
     def truncated(self) -> bool:
@@ -216,6 +221,7 @@ def decode_socket_data(buf: RawEvent) -> SocketDataSample:
         flags,
         payload_len,
         comm_raw,
+        tcp_seq,
     ) = DATA_HEADER.unpack_from(buf, 0)
     if tag != ZT_EVENT_SOCK_DATA:
         raise MalformedEvent(f"wrong event type tag {tag}, expected {ZT_EVENT_SOCK_DATA}")
@@ -245,6 +251,7 @@ def decode_socket_data(buf: RawEvent) -> SocketDataSample:
         flags=flags,
         comm=_comm(comm_raw),
         payload=bytes(buf[DATA_HEADER_SIZE:end]),
+        tcp_seq=tcp_seq if flags & F_TCP_SEQ else None,
     )
 
 

@@ -1,0 +1,106 @@
+"""The BTF reader on blobs written here type by type, and on the running kernel's BTF."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from zerotrace_collector.probes.kernel_btf import VMLINUX, BtfError, KernelBtf
+from zerotrace_collector.probes.socket import TCP_SEQ_MEMBERS, tcp_seq_cflags
+
+INT, PTR, STRUCT, UNION, ENUM, FUNC_PROTO = 1, 2, 4, 5, 6, 13
+
+
+class Blob:
+    """A minimal BTF writer: types in order (ids from 1), names in a string section."""
+
+    def __init__(self) -> None:
+        self.strings = bytearray(b"\0")
+        self.types = bytearray()
+        self.count = 0
+
+    def name(self, text: str) -> int:
+        if not text:
+            return 0
+        at = len(self.strings)
+        self.strings += text.encode() + b"\0"
+        return at
+
+    def add(self, kind: int, name: str, vlen: int, size: int, extra: bytes, flag: int = 0) -> int:
+        info = (flag << 31) | (kind << 24) | vlen
+        self.types += struct.pack("<III", self.name(name), info, size) + extra
+        self.count += 1
+        return self.count
+
+    def int_type(self, name: str = "int") -> int:
+        return self.add(INT, name, 0, 4, struct.pack("<I", 32))
+
+    def composite(
+        self, kind: int, name: str, members: list[tuple[str, int, int]], flag: int = 0
+    ) -> int:
+        extra = b"".join(struct.pack("<III", self.name(n), t, off) for n, t, off in members)
+        return self.add(kind, name, len(members), 64, extra, flag)
+
+    def bytes(self) -> bytes:
+        header = struct.pack(
+            "<HBBIIIII", 0xEB9F, 1, 0, 24, 0, len(self.types), len(self.types), len(self.strings)
+        )
+        return header + bytes(self.types) + bytes(self.strings)
+
+
+def test_members_direct_and_inside_anonymous_unions() -> None:
+    b = Blob()
+    i = b.int_type()
+    b.add(PTR, "", 0, i, b"")  # kinds without extra bytes between the ones read
+    b.add(ENUM, "colour", 2, 4, struct.pack("<iIiI", b.name("RED"), 0, b.name("BLUE"), 1)[:16])
+    b.add(FUNC_PROTO, "", 1, i, struct.pack("<II", 0, i))
+    inner = b.composite(UNION, "", [("write_seq", i, 0), ("other", i, 0)])
+    b.composite(STRUCT, "tcp_sock", [("head", i, 0), ("", inner, 96 * 8), ("copied_seq", i, 800)])
+    btf = KernelBtf(b.bytes())
+    assert btf.member_offset("tcp_sock", "copied_seq") == 100
+    assert btf.member_offset("tcp_sock", "write_seq") == 96
+
+
+def test_bitfield_offsets_under_kind_flag() -> None:
+    b = Blob()
+    i = b.int_type()
+    # kind_flag: the top 8 bits of a member's offset are its bitfield size.
+    b.composite(STRUCT, "flags", [("a", i, (3 << 24) | 0), ("b", i, (0 << 24) | 64)], flag=1)
+    btf = KernelBtf(b.bytes())
+    assert btf.member_offset("flags", "b") == 8
+    with pytest.raises(BtfError, match="no member c"):
+        btf.member_offset("flags", "c")
+
+
+def test_missing_struct_and_bad_blobs_say_what_is_wrong() -> None:
+    b = Blob()
+    b.int_type()
+    with pytest.raises(BtfError, match="no struct task_struct"):
+        KernelBtf(b.bytes()).member_offset("task_struct", "files")
+    with pytest.raises(BtfError, match="not BTF"):
+        KernelBtf(b"\0" * 40)
+    with pytest.raises(BtfError, match="too short"):
+        KernelBtf(b"\x9f\xeb")
+    blob = b.bytes()
+    with pytest.raises(BtfError, match="past the end"):
+        KernelBtf(blob[:-4])
+    with pytest.raises(BtfError, match="cannot read"):
+        KernelBtf.running_kernel(Path("/nonexistent/btf"))
+
+
+def test_tcp_seq_flags_without_btf_are_empty_with_a_reason(tmp_path: Path) -> None:
+    flags, note = tcp_seq_cflags(tmp_path / "none")
+    assert flags == [] and note is not None and note.startswith("tcp_seq off: cannot read")
+
+
+@pytest.mark.skipif(not VMLINUX.exists(), reason="this kernel publishes no BTF")
+def test_the_running_kernel_has_every_member_the_socket_probe_reads() -> None:
+    flags, note = tcp_seq_cflags()
+    assert note is None
+    assert [f.split("=")[0] for f in flags] == [f"-D{m}" for m, _, _ in TCP_SEQ_MEMBERS]
+    offsets = dict(f[2:].split("=") for f in flags)
+    # Landmarks that hold on every kernel: the first member is at 0, pointers are aligned.
+    assert offsets["ZT_OFF_FDT_MAX_FDS"] == "0"
+    assert all(int(v) % 4 == 0 for v in offsets.values())
