@@ -20,8 +20,10 @@ def sock(
     event_id: str | None = None,
     pid: int = 10,
     tid: int = 11,
+    seq: int | None = None,
 ) -> dict[str, Any]:
-    """A zerotrace.raw.SocketData datum; `size` > len(payload) makes a truncated capture."""
+    """A zerotrace.raw.SocketData datum; `size` > len(payload) makes a truncated capture;
+    `seq` is the TCP sequence number of its first byte."""
     size = len(payload) if size is None else size
     return {
         "event_id": event_id or f"{conn}/{direction}/{t}",
@@ -39,7 +41,7 @@ def sock(
         "bytes": size,
         "payload": payload,
         "payload_truncated": size > len(payload),
-        "tcp_seq": None,
+        "tcp_seq": seq,
         "local_addr": "10.0.0.1",
         "local_port": 40000,
         "remote_addr": "10.0.0.2",

@@ -139,6 +139,57 @@ def test_truncated_capture_across_chunk_framing_reports_capture_truncated() -> N
     assert ex.error == "capture truncated" and not ex.response_complete
 
 
+def test_records_lost_inside_a_known_body_become_a_gap_by_tcp_seq() -> None:
+    conv, counters = conversation()
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 300\r\n\r\n"
+    response = 5_000 + len(head)  # the response's first byte; the sequence wraps inside it
+    [ex] = feed(
+        conv,
+        sock("EGRESS", GET, 1, seq=2**32 - 10),
+        sock("EGRESS", b"", 2, seq=2**32 - 10, size=0),  # no bytes: ignored
+        sock("INGRESS", head + b"a" * 100, 3, seq=2**32 - response),
+        # The next 100 bytes were read but their event never arrived (a full ring buffer).
+        sock("INGRESS", b"c" * 100, 5, seq=(2**32 - response + len(head) + 200) % 2**32),
+    )
+    assert ex.response_complete and ex.gap and ex.error is None
+    assert ex.response_body_bytes == 300
+    assert counters[c.BYTES_LOST_BY_TCP_SEQ] == 100
+    # The request's sequence numbers wrapped past 2**32 without a loss.
+    [again] = feed(
+        conv,
+        sock("EGRESS", GET, 6, seq=(2**32 - 10 + len(GET)) % 2**32),
+        sock("INGRESS", OK, 7, seq=(2**32 - response + len(head) + 300) % 2**32),
+    )
+    assert again.response_complete and not again.gap
+    assert counters[c.BYTES_LOST_BY_TCP_SEQ] == 100
+
+
+def test_records_lost_across_chunk_framing_end_the_exchange_with_why() -> None:
+    conv, counters = conversation()
+    first, second = chunk(b"a" * 50), chunk(b"b" * 50)
+    [ex] = feed(
+        conv,
+        sock("EGRESS", post(CHAT_PATH, {"model": "m", "stream": True}), 1, seq=1),
+        sock("INGRESS", SSE_HEAD, 2, seq=1000),
+        sock("INGRESS", second, 4, seq=1000 + len(SSE_HEAD) + len(first)),
+    )
+    lost = len(first)
+    assert ex.error == f"{lost} bytes lost before the correlator" and not ex.response_complete
+    assert counters[c.BYTES_LOST_BY_TCP_SEQ] == lost
+
+
+def test_a_record_behind_the_expected_sequence_loses_nothing() -> None:
+    conv, counters = conversation()
+    [ex] = feed(
+        conv,
+        sock("EGRESS", GET, 1, seq=500),
+        sock("INGRESS", OK[:10], 2, seq=9000),
+        sock("INGRESS", OK[10:], 3, seq=9000 - 5),  # behind: not a loss (a peek, say)
+    )
+    assert ex.response_complete and not ex.gap
+    assert counters[c.BYTES_LOST_BY_TCP_SEQ] == 0
+
+
 def test_close_flushes_in_flight_and_ends_bodies_read_until_close() -> None:
     conv, _ = conversation()
     out = feed(

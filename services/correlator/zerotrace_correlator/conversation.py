@@ -118,6 +118,9 @@ class Conversation:
         self._in_request: Exchange | None = None
         self._in_response: Exchange | None = None
         self._interim = False  # framing a 1xx response, which answers nothing
+        # Per direction, the TCP sequence number the next syscall record should start at:
+        # a record past it means the records between were lost (a full ring buffer).
+        self._next_seq: dict[str, int] = {}
         self._origin: Mapping[str, Any] | None = None
         self._next_index = 0
 
@@ -144,6 +147,7 @@ class Conversation:
         direction, packet = record["direction"], record["source"] == "PACKET"
         t = int(record["start_ns"] if direction == "EGRESS" or packet else record["end_ns"])
         self.last_ns = max(self.last_ns, t)
+        lost = 0 if packet else self._bytes_lost_before(direction, record.get("tcp_seq"), size)
         if self.gave_up is not None:
             self.counters[c.RECORDS_IGNORED] += 1
             return []
@@ -158,7 +162,8 @@ class Conversation:
         if requests and not parser.in_message:
             self._origin = _origin_of(record)
         handle = self._on_request_event if requests else self._on_response_event
-        for event in parser.feed(payload, t) + parser.skip(missing, t):
+        events = parser.skip(lost, t, f"{lost} bytes lost before the correlator") if lost else []
+        for event in events + parser.feed(payload, t) + parser.skip(missing, t):
             if self.gave_up is None:
                 handle(event, record, out)
         if self.gave_up is None and parser.error is not None:
@@ -169,6 +174,20 @@ class Conversation:
             self.counters[c.UPGRADES] += 1
             out += self._give_up("protocol upgrade")
         return out
+
+    def _bytes_lost_before(self, direction: str, seq: int | None, size: int) -> int:
+        """How many bytes this direction moved between the previous syscall record and this
+        one, by their TCP sequence numbers (0 without them). Packets need no such check: the
+        reassembly reports its holes as gap records."""
+        if seq is None:
+            return 0
+        expected = self._next_seq.get(direction)
+        self._next_seq[direction] = (seq + size) % 2**32
+        ahead = 0 if expected is None else (seq - expected) % 2**32
+        if not 0 < ahead < 2**31:  # in step, or behind (a retransmitted read): nothing lost
+            return 0
+        self.counters[c.BYTES_LOST_BY_TCP_SEQ] += ahead
+        return ahead
 
     def _decide_roles(self, payload: bytes, direction: str, packet: bool) -> bool:
         """Judges the first records: True once a request line shows which way requests go."""

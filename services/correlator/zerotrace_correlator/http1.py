@@ -137,9 +137,10 @@ class Http1Parser:
             pos = self._step(data, pos, time_ns, out)
         return out
 
-    def skip(self, size: int, time_ns: int) -> list[Event]:
-        """`size` bytes passed that the capture did not keep (a truncated payload). Framing
-        survives when they fall inside a body of known extent; anywhere else we lose sync."""
+    def skip(self, size: int, time_ns: int, reason: str = "capture truncated") -> list[Event]:
+        """`size` bytes passed that the capture did not keep (a truncated payload, or events
+        lost on the way: `reason`). Framing survives when they fall inside a body of known
+        extent; anywhere else we lose sync."""
         out: list[Event] = []
         if size <= 0 or self._state in _TERMINAL:
             return out
@@ -152,7 +153,7 @@ class Http1Parser:
             if self._remaining == 0:
                 self._body_done(time_ns, out)
         else:
-            self._fail("capture truncated", time_ns, out)
+            self._fail(reason, time_ns, out)
         return out
 
     def close(self, reason: str = "connection closed") -> list[Event]:

@@ -18,6 +18,7 @@ UNPAIRED_RESPONSES = "http.conns.unpaired_response"  # a response with no reques
 RECORDS_BEFORE_FIRST_REQUEST = "http.records.before_first_request"  # joined mid-connection
 RECORDS_IGNORED = "http.records.ignored"  # records on a connection given up
 CAPTURE_TRUNCATED_RECORDS = "http.records.capture_truncated"  # payload shorter than bytes
+BYTES_LOST_BY_TCP_SEQ = "http.bytes.lost"  # a record's tcp_seq skipped bytes: events were lost
 
 # Exchanges
 EXCHANGES = "http.exchanges"  # requests seen
