@@ -7,7 +7,7 @@ treats a batch as sent when flush() returns 0). Consumer: manual, synchronous co
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import (
@@ -74,8 +74,9 @@ def _new_topic(topic: names.Topic) -> NewTopic:
 
 
 class KafkaProducer:
-    def __init__(self, bootstrap: str, client_id: str) -> None:
+    def __init__(self, bootstrap: str, client_id: str, message_timeout_s: float = 120.0) -> None:
         self._failed = 0
+        self._delivered = 0
         self.last_error: str | None = None
         self._producer = Producer(
             {
@@ -85,7 +86,8 @@ class KafkaProducer:
                 "acks": "all",
                 "compression.type": "lz4",
                 "linger.ms": 20,  # batch a little: raw events come in bursts
-                "message.timeout.ms": 120_000,  # how long a message may wait for a broker
+                # How long a message may wait for a broker before its delivery fails.
+                "message.timeout.ms": int(message_timeout_s * 1000),
             }
         )
 
@@ -93,23 +95,53 @@ class KafkaProducer:
         if err is not None:
             self._failed += 1
             self.last_error = err.str()
+        else:
+            self._delivered += 1
 
     def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
+        self._produce(topic, key, value, self._on_delivery)
+
+    def produce_tracked(
+        self, topic: str, key: bytes | None, value: bytes, done: Callable[[str | None], None]
+    ) -> None:
+        """Like produce; `done` hears the outcome (None or the reason), and a failure is the
+        caller's to handle, not counted in `failed`."""
+
+        def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+            if err is None:
+                self._delivered += 1
+            done(None if err is None else err.str())
+
+        self._produce(topic, key, value, on_delivery)
+
+    def _produce(
+        self, topic: str, key: bytes | None, value: bytes, on_delivery: Callable[..., None]
+    ) -> None:
         try:
-            self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
+            self._producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
         except BufferError:
             # The local queue is full: serve callbacks for a moment and try once more.
             self._producer.poll(0.5)
             try:
-                self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
+                self._producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
             except BufferError:
                 raise Backpressure(
                     "Kafka producer queue is full; the broker is slow or away"
                 ) from None
         self._producer.poll(0)
 
+    def serve(self) -> None:
+        self._producer.poll(0)
+
+    def outstanding(self) -> int:
+        return len(self._producer)
+
     def flush(self, timeout_s: float) -> int:
         return int(self._producer.flush(timeout_s))
+
+    @property
+    def delivered(self) -> int:
+        return self._delivered
 
     @property
     def failed(self) -> int:

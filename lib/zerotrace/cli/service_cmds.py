@@ -6,7 +6,7 @@ import argparse
 import json
 import time
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zerotrace import settings
 from zerotrace.cli.common import BPF_DIR, StopFlag, probe_text, say
@@ -16,6 +16,9 @@ from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
 from zerotrace.errors import ConfigError, FeatureUnavailable
 from zerotrace.schemas import load_schema_dir
+
+if TYPE_CHECKING:
+    from zerotrace.spooling_producer import SpoolingProducer
 
 
 def register(sub: Any) -> None:
@@ -41,6 +44,14 @@ def register(sub: Any) -> None:
     p.add_argument("--no-sockets", action="store_true", help="do not capture TCP traffic")
     p.add_argument("--no-tls", action="store_true", help="do not attach the TLS uprobes")
     p.add_argument("--duration", type=float, default=0, help="stop after this many seconds")
+    p.add_argument(
+        "--spool-mb",
+        type=int,
+        default=1024,
+        help="while Kafka is away, keep up to this many MiB of records on disk under "
+        "$ZEROTRACE_HOME/spool and send them, in order, when it is back; past it records are "
+        "counted lost (default 1024)",
+    )
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     add_profiling_arguments(p)
     p.set_defaults(handler=collector)
@@ -109,7 +120,7 @@ def collector(args: argparse.Namespace) -> int:
     require_root()
     common = settings.load(settings.CommonSettings)
     bus = _kafka_bus(common)
-    producer = bus.producer()
+    producer = _collector_producer(bus, common, args.spool_mb)
     offset = monotonic_to_epoch_offset_ns()
     feeds: list[Any] = []
     socket_probe = None
@@ -157,11 +168,30 @@ def collector(args: argparse.Namespace) -> int:
             feed.close()
         pending = producer.flush(30)
     lost = ", ".join(f"{k} {v}" for k, v in col.counters().items() if k != "published")
+    spooled = producer.spooled
+    kept = f" ({spooled} on disk in {producer.spool_folder}: sent next run)" if spooled else ""
     say(
-        f"published {col.published} records, {pending} unacknowledged, "
+        f"published {col.published} records, {pending} unacknowledged{kept}, "
         f"{producer.failed} failed; {lost}"
     )
-    return 0 if pending == 0 and producer.failed == 0 else 1
+    if producer.failed and producer.last_error:
+        say(f"the last failure: {producer.last_error}")
+    return 0 if pending == spooled and producer.failed == 0 else 1
+
+
+def _collector_producer(
+    bus: Any, common: settings.CommonSettings, spool_mb: int
+) -> SpoolingProducer:
+    """The Kafka producer behind a disk spool, one folder per node id: a collector restarted
+    on the node sends what its predecessor kept."""
+    from zerotrace.spool_file import SpoolFile
+    from zerotrace.spooling_producer import SpoolingProducer
+
+    folder = common.home / "spool" / f"collector-{common.node_id}"
+    spool = SpoolFile(folder, max(0, spool_mb) * 1024 * 1024)
+    if spool.pending:
+        say(f"sending {spool.pending} records kept in {folder} by an earlier run first")
+    return SpoolingProducer(bus.producer(), spool, SystemClock())
 
 
 def correlator(args: argparse.Namespace) -> int:

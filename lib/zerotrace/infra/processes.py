@@ -79,7 +79,14 @@ def spawn(files: ServerFiles, argv: Sequence[str], env: dict[str, str] | None = 
             start_new_session=True,  # survives the CLI and is not hit by its Ctrl-C
         )
     files.pid_file.write_text(f"{proc.pid}\n")
+    _SPAWNED.append(proc)
     return proc.pid
+
+
+# The servers outlive the Popen handles that started them (pid files find them again). The
+# handles are kept so that Python does not warn, when one is collected, that its process is
+# still running: that is the point. One small object per server started.
+_SPAWNED: list[subprocess.Popen[bytes]] = []
 
 
 def wait_ready(

@@ -1,0 +1,152 @@
+"""A local, append-only spool of bus messages on disk: what a producer keeps while the broker
+is away, to send later in the same order.
+
+Layout in one folder: `spool.bin`, frames appended one after another, and `spool.offset`, the
+byte offset of the first frame not yet sent (written by rename, so a crash leaves the old or
+the new value). A frame: u32 topic length, topic (UTF-8), i32 key length (-1: no key), key,
+u32 value length, value; little-endian. When every frame is sent both files are emptied, so a
+spool that is not in use costs nothing. A collector restarted with a non-empty spool sends it
+first.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Final
+
+_U32: Final = struct.Struct("<I")
+_I32: Final = struct.Struct("<i")
+
+
+@dataclass(frozen=True)
+class Spooled:
+    topic: str
+    key: bytes | None
+    value: bytes
+    size: int  # bytes the frame takes in the file
+
+
+def encode_frame(topic: str, key: bytes | None, value: bytes) -> bytes:
+    name = topic.encode()
+    key_part = _I32.pack(-1) if key is None else _I32.pack(len(key)) + key
+    return _U32.pack(len(name)) + name + key_part + _U32.pack(len(value)) + value
+
+
+def _read_frame(f: BinaryIO) -> Spooled | None:
+    head = f.read(4)
+    if len(head) < 4:
+        return None
+    (n,) = _U32.unpack(head)
+    body = f.read(n + 4)
+    if len(body) < n + 4:
+        return None
+    (k,) = _I32.unpack_from(body, n)
+    rest = f.read(max(k, 0) + 4)
+    if len(rest) < max(k, 0) + 4:
+        return None
+    (v,) = _U32.unpack_from(rest, max(k, 0))
+    value = f.read(v)
+    if len(value) < v:
+        return None
+    return decode_frame(head + body + rest + value, 0)
+
+
+def decode_frame(data: bytes, at: int) -> Spooled | None:
+    """The frame starting at `at`, or None when the data ends inside it (a torn last write)."""
+    try:
+        (n,) = _U32.unpack_from(data, at)
+        pos = at + 4
+        topic = data[pos : pos + n].decode()
+        pos += n
+        (k,) = _I32.unpack_from(data, pos)
+        pos += 4
+        key = None if k < 0 else data[pos : pos + k]
+        pos += max(k, 0)
+        (v,) = _U32.unpack_from(data, pos)
+        pos += 4
+        if pos + v > len(data) or (key is not None and len(key) != k):
+            return None
+        return Spooled(topic, key, data[pos : pos + v], pos + v - at)
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+class SpoolFile:
+    """The spool folder. Not thread-safe: one producer owns it."""
+
+    def __init__(self, folder: Path, max_bytes: int) -> None:
+        self.folder = folder
+        self.max_bytes = max_bytes
+        folder.mkdir(parents=True, exist_ok=True)
+        self._data_path = folder / "spool.bin"
+        self._offset_path = folder / "spool.offset"
+        self._file: BinaryIO = open(self._data_path, "ab")  # noqa: SIM115 - owned until close()
+        self._offset = self._read_offset()
+        if self._offset > self._data_path.stat().st_size:
+            self._offset = 0  # an offset left from before the file was emptied
+        self.pending, self._end = self._count_from(self._offset)
+        """Frames written and not yet consumed."""
+        if self._end != self._data_path.stat().st_size:
+            self._file.truncate(self._end)  # a write cut by a crash: drop the torn frame
+
+    def _read_offset(self) -> int:
+        try:
+            return int(self._offset_path.read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def _count_from(self, offset: int) -> tuple[int, int]:
+        """(frames, end of the last whole frame) from `offset` on."""
+        count, at = 0, offset
+        for frame in self._frames(at, None):
+            count, at = count + 1, at + frame.size
+        return count, at
+
+    def _frames(self, at: int, limit: int | None) -> list[Spooled]:
+        """Whole frames from byte `at`, at most `limit`; read frame by frame (buffered), so
+        a batch costs its own size, not the rest of the file."""
+        out: list[Spooled] = []
+        with open(self._data_path, "rb") as f:
+            f.seek(at)
+            while limit is None or len(out) < limit:
+                frame = _read_frame(f)
+                if frame is None:
+                    break  # the end, or a torn frame there: the write that was cut
+                out.append(frame)
+        return out
+
+    @property
+    def bytes_used(self) -> int:
+        return self._end - self._offset
+
+    def append(self, topic: str, key: bytes | None, value: bytes) -> bool:
+        """Keep one message; False when the spool is full (the caller counts it lost)."""
+        frame = encode_frame(topic, key, value)
+        if self.bytes_used + len(frame) > self.max_bytes:
+            return False
+        self._file.write(frame)
+        self._file.flush()
+        self._end += len(frame)
+        self.pending += 1
+        return True
+
+    def peek(self, limit: int) -> list[Spooled]:
+        """The oldest `limit` messages not yet consumed, in the order they were appended."""
+        return self._frames(self._offset, limit) if self.pending else []
+
+    def consume(self, frames: list[Spooled]) -> None:
+        """Mark `frames` (the head that peek returned) as sent."""
+        self._offset += sum(f.size for f in frames)
+        self.pending -= len(frames)
+        if self.pending <= 0:
+            self.pending, self._offset, self._end = 0, 0, 0
+            self._file.truncate(0)
+        tmp = self._offset_path.with_suffix(".tmp")
+        tmp.write_text(str(self._offset))
+        os.replace(tmp, self._offset_path)
+
+    def close(self) -> None:
+        self._file.close()
