@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from zerotrace import names
 from zerotrace.bus import Message
 from zerotrace.errors import Backpressure, TransientIO
+from zerotrace.spooling_producer import DeliveryError, Done
 
 
 def check_reachable(bootstrap: str, timeout_s: float = 5.0) -> None:
@@ -101,16 +102,16 @@ class KafkaProducer:
     def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
         self._produce(topic, key, value, self._on_delivery)
 
-    def produce_tracked(
-        self, topic: str, key: bytes | None, value: bytes, done: Callable[[str | None], None]
-    ) -> None:
-        """Like produce; `done` hears the outcome (None or the reason), and a failure is the
-        caller's to handle, not counted in `failed`."""
+    def produce_tracked(self, topic: str, key: bytes | None, value: bytes, done: Done) -> None:
+        """Like produce; `done` hears the outcome, and a failure is the caller's to handle,
+        not counted in `failed`."""
 
         def on_delivery(err: KafkaError | None, _msg: Any) -> None:
             if err is None:
                 self._delivered += 1
-            done(None if err is None else err.str())
+                done(None)
+            else:
+                done(DeliveryError(err.str(), _refused_for_good(err)))
 
         self._produce(topic, key, value, on_delivery)
 
@@ -133,6 +134,9 @@ class KafkaProducer:
     def serve(self) -> None:
         self._producer.poll(0)
 
+    def purge(self) -> None:
+        self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+
     def outstanding(self) -> int:
         return len(self._producer)
 
@@ -149,6 +153,24 @@ class KafkaProducer:
 
     def close(self) -> None:
         self._producer.flush(10)
+
+
+# Errors that sending again cannot fix: the message or the producer itself is refused.
+_REFUSED: Final = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_MSG,
+        KafkaError.INVALID_RECORD,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError._INVALID_ARG,
+    }
+)
+
+
+def _refused_for_good(err: KafkaError) -> bool:
+    return bool(err.fatal()) or err.code() in _REFUSED
 
 
 class KafkaConsumer:

@@ -122,16 +122,28 @@ class SpoolFile:
     def bytes_used(self) -> int:
         return self._end - self._offset
 
-    def append(self, topic: str, key: bytes | None, value: bytes) -> bool:
-        """Keep one message; False when the spool is full (the caller counts it lost)."""
+    def append(self, topic: str, key: bytes | None, value: bytes) -> str | None:
+        """Keep one message; None when kept, else why not (the caller counts it lost)."""
         frame = encode_frame(topic, key, value)
         if self.bytes_used + len(frame) > self.max_bytes:
-            return False
-        self._file.write(frame)
-        self._file.flush()
+            return f"spool full ({self.max_bytes} bytes in {self.folder})"
+        try:
+            self._file.write(frame)
+            self._file.flush()
+        except OSError as exc:
+            self._drop_partial_write()
+            return f"cannot write the spool in {self.folder}: {exc.strerror}"
         self._end += len(frame)
         self.pending += 1
-        return True
+        return None
+
+    def _drop_partial_write(self) -> None:
+        """After a failed write (a full disk): back to the last whole frame, so the frames
+        counted and the frames in the file stay the same."""
+        self._file.close()
+        with open(self._data_path, "r+b") as f:
+            f.truncate(self._end)
+        self._file = open(self._data_path, "ab")  # noqa: SIM115 - owned until close()
 
     def peek(self, limit: int) -> list[Spooled]:
         """The oldest `limit` messages not yet consumed, in the order they were appended."""
@@ -139,6 +151,8 @@ class SpoolFile:
 
     def consume(self, frames: list[Spooled]) -> None:
         """Mark `frames` (the head that peek returned) as sent."""
+        if not frames:
+            return
         self._offset += sum(f.size for f in frames)
         self.pending -= len(frames)
         if self.pending <= 0:

@@ -2,42 +2,57 @@
 order, when it is back: a collector loses nothing it accepted to an outage of Kafka.
 
 Policy (time injected; the Kafka producer and the spool file are the I/O):
-- While the broker acknowledges, messages go straight to it.
+- While the broker acknowledges, messages go straight to the producer.
 - The broker counts as away when messages are outstanding and none was acknowledged for
-  `stall_s`, or when the producer's own queue is full. From then on new messages go to the
-  spool, never blocking the caller (the collector must keep draining its ring buffers).
-- Order is kept: while the spool holds anything, new messages are appended behind it; the
-  spool is sent only once the producer has nothing outstanding (older messages go first),
-  one batch at a time, and a batch leaves the spool only when every message of it was
-  acknowledged. A batch that fails is sent again later: messages acknowledged in it may
-  then reach the topic twice (the correlator's records carry deterministic ids, so the store
-  keeps one; a replayed raw event is read twice).
-- A message the producer gives up on (its delivery timed out) is spooled too, behind what
-  is there: the only case where order can change.
-- Loss only when the spool is full (`max_bytes`): counted in `failed`, with the reason.
+  `stall_s` (delivery reports are served first, so a quiet spell is not mistaken for an
+  outage), or when the producer's own queue is full. Then what the producer holds is purged
+  into the spool (older than anything after it, so order holds), and new messages follow it
+  there, never blocking the caller (the collector must keep draining its ring buffers).
+- While the spool holds anything, new messages are appended behind it. It is sent oldest
+  first, one batch at a time, once the producer holds nothing else; a batch leaves the spool
+  only as far as its messages were acknowledged (or refused for good), so an outage during
+  a batch loses and reorders nothing. When the batch in flight holds the whole spool, new
+  messages go straight to the producer behind it (the producer keeps their order); the spool
+  file is emptied once everything in it was acknowledged.
+- What can change order or repeat: a batch whose later messages were acknowledged after an
+  earlier one failed is sent again from the failure on (those arrive twice); a message sent
+  straight on while the spool's last batch was in flight can overtake it if that batch then
+  fails; messages in flight when purged may have been written by the broker (twice).
+- A message refused for good (too large, not authorised, a fatal producer error) is counted
+  in `failed` with the reason, so it cannot hold up the rest.
+- flush() waits up to its timeout, then purges what the producer still holds into the spool:
+  a collector stopped while Kafka is away keeps everything on disk for its next run.
+- Loss only when the spool is full or the disk refuses a write (`max_bytes`, OSError): counted
+  in `failed`, with the reason.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from zerotrace.clock import Clock
 from zerotrace.errors import Backpressure
 from zerotrace.spool_file import Spooled, SpoolFile
 
-Done = Callable[[str | None], None]
-"""Called once per message with None (acknowledged) or the reason it failed."""
+
+@dataclass(frozen=True)
+class DeliveryError:
+    reason: str
+    permanent: bool  # sending it again cannot help
+
+
+Done = Callable[[DeliveryError | None], None]
+"""Called once per message: None when acknowledged, else why it failed."""
 
 
 class TrackedProducer(Protocol):
     """What the spooling producer needs from the broker's producer (bus_kafka.KafkaProducer)."""
 
-    def produce(self, topic: str, key: bytes | None, value: bytes) -> None: ...
-
     def produce_tracked(self, topic: str, key: bytes | None, value: bytes, done: Done) -> None:
-        """Like produce, and `done` is called instead of counting a failure."""
+        """Queue one message; `done` hears its outcome. May raise Backpressure."""
         ...
 
     def serve(self) -> None:
@@ -46,15 +61,16 @@ class TrackedProducer(Protocol):
 
     def flush(self, timeout_s: float) -> int: ...
 
+    def purge(self) -> None:
+        """Fail every message still held (their callbacks say so), without waiting."""
+        ...
+
     def outstanding(self) -> int:
         """Messages queued or in flight, not yet acknowledged or failed."""
         ...
 
     @property
     def delivered(self) -> int: ...
-
-    @property
-    def failed(self) -> int: ...
 
     def close(self) -> None: ...
 
@@ -67,21 +83,18 @@ class SpoolingProducer:
         clock: Clock,
         *,
         stall_s: float = 5.0,
-        retry_s: float = 2.0,
         batch: int = 2000,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._inner = inner
-        self._sleep = sleep
         self._spool = spool
         self._clock = clock
+        self._sleep = sleep
         self._stall_ns = int(stall_s * 1e9)
-        self._retry_ns = int(retry_s * 1e9)
         self._batch = batch
         self._seen_delivered = inner.delivered
         self._progress_ns = clock.now_ns()
-        self._next_try_ns = 0
-        self._in_flight = False  # a batch of the spool is on its way
+        self._batch_frames: list[Spooled] | None = None  # the spool's batch on its way
         self._generation = 0
         self._lost = 0
         self.spooled_total = 0
@@ -91,37 +104,44 @@ class SpoolingProducer:
     # -- the producer port ------------------------------------------------------------
 
     def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
-        if self._spool.pending or self._stalled():
-            self._inner.serve()  # outcomes of the spool's batch in flight
-            self._step()
+        self._inner.serve()
+        if self._stalled() and self._inner.outstanding() > self._batch_outstanding():
+            self._purge()  # the broker is away: what the producer holds goes first, in order
+        self._send_batch()
+        if self._must_spool():
             self._keep(topic, key, value)
             return
         try:
-            self._inner.produce_tracked(topic, key, value, self._direct_done(topic, key, value))
+            self._inner.produce_tracked(topic, key, value, self._outcome(topic, key, value))
         except Backpressure:
+            self._purge()
             self._keep(topic, key, value)
 
     def flush(self, timeout_s: float) -> int:
-        """Wait for the broker and send the spool, up to `timeout_s`; returns what is still
-        not acknowledged (in the producer or in the spool, which keeps it on disk)."""
+        """Wait up to `timeout_s` for the broker to take everything, the spool included; then
+        purge what the producer still holds into the spool. Returns the messages not
+        acknowledged, all of them then on disk (`spooled`) unless counted lost."""
         deadline = self._clock.now_ns() + int(timeout_s * 1e9)
         while True:
-            wait_s = min(1.0, max(0.0, (deadline - self._clock.now_ns()) / 1e9))
-            pending = self._inner.flush(wait_s)
-            self._step()
-            left = pending + self._spool.pending
-            if left == 0 or self._clock.now_ns() >= deadline:
-                return left
-            if pending == 0 and not self._in_flight:
-                self._sleep(min(wait_s, 0.1))  # the spool waits for its next try
+            remaining_s = max(0.0, (deadline - self._clock.now_ns()) / 1e9)
+            held = self._inner.flush(min(1.0, remaining_s))
+            self._send_batch()
+            if held + self._spool.pending == 0:
+                return 0
+            if self._clock.now_ns() >= deadline:
+                break
+            if held == 0 and self._batch_frames is None:
+                self._sleep(min(remaining_s, 0.1))  # the spool waits for the broker
+        self._purge()
+        return self._spool.pending
 
     @property
     def failed(self) -> int:
-        return self._inner.failed + self._lost
+        return self._lost
 
     @property
     def spooled(self) -> int:
-        """Messages on disk, not sent yet."""
+        """Messages on disk, not acknowledged yet."""
         return self._spool.pending
 
     @property
@@ -141,53 +161,88 @@ class SpoolingProducer:
             self._seen_delivered, self._progress_ns = delivered, now
         return now - self._progress_ns > self._stall_ns
 
+    def _batch_outstanding(self) -> int:
+        return 0 if self._batch_frames is None else len(self._batch_frames)
+
+    def _must_spool(self) -> bool:
+        """Whether a new message must queue behind the spool rather than go straight on."""
+        if self._stalled():
+            return True
+        if not self._spool.pending:
+            return False
+        # Straight on only behind a batch that holds all the spool has.
+        return self._batch_frames is None or len(self._batch_frames) != self._spool.pending
+
+    def _purge(self) -> None:
+        """Fail what the producer holds; the callbacks keep each message on disk."""
+        if self._inner.outstanding():
+            self._inner.purge()
+            self._inner.serve()
+
     def _keep(self, topic: str, key: bytes | None, value: bytes) -> None:
-        if self._spool.append(topic, key, value):
+        error = self._spool.append(topic, key, value)
+        if error is None:
             self.spooled_total += 1
             return
         self._lost += 1
-        self.last_error = (
-            f"spool full ({self._spool.max_bytes} bytes in {self._spool.folder}): message lost"
-        )
+        self.last_error = f"message lost: {error}"
 
-    def _direct_done(self, topic: str, key: bytes | None, value: bytes) -> Done:
-        def done(error: str | None) -> None:
-            if error is not None:  # the producer gave up on it: keep it on disk instead
-                self.last_error = error
-                self._keep(topic, key, value)
+    def _outcome(self, topic: str, key: bytes | None, value: bytes) -> Done:
+        """The callback of a message sent straight on."""
+
+        def done(error: DeliveryError | None) -> None:
+            if error is None:
+                return
+            self.last_error = error.reason
+            if error.permanent:
+                self._lost += 1
+            else:
+                self._keep(topic, key, value)  # kept on disk, to be sent again
 
         return done
 
-    def _step(self) -> None:
-        """Start sending the spool's next batch when nothing else is on its way."""
-        if self._in_flight or not self._spool.pending or self._inner.outstanding() > 0:
+    def _send_batch(self) -> None:
+        """Send the spool's oldest messages when nothing else is on its way."""
+        if self._batch_frames is not None or not self._spool.pending:
             return
-        if self._clock.now_ns() < self._next_try_ns:
-            return
+        if self._inner.outstanding() > 0:
+            return  # older messages first
         frames = self._spool.peek(self._batch)
+        if not frames:
+            return
         self._generation += 1
-        generation, outcomes = self._generation, []
+        generation = self._generation
+        outcomes: list[DeliveryError | bool | None] = [False] * len(frames)  # False: no word yet
+        self._batch_frames = frames
 
-        def done(error: str | None) -> None:
-            if generation != self._generation:
-                return  # a batch given up on: its late outcomes change nothing
-            outcomes.append(error)
-            if len(outcomes) == len(frames):
-                self._settle(frames, [o for o in outcomes if o is not None])
+        def done_at(i: int) -> Done:
+            def done(error: DeliveryError | None) -> None:
+                if generation == self._generation:
+                    outcomes[i] = error
+                    if all(o is not False for o in outcomes):
+                        self._settle(frames, outcomes)
 
-        self._in_flight = True
-        for frame in frames:
+            return done
+
+        for i, frame in enumerate(frames):
             try:
-                self._inner.produce_tracked(frame.topic, frame.key, frame.value, done)
+                self._inner.produce_tracked(frame.topic, frame.key, frame.value, done_at(i))
             except Backpressure:
-                self._generation += 1  # the rest waits for the next try
-                self._settle(frames, ["the producer's queue is full"])
+                for j in range(i, len(frames)):
+                    outcomes[j] = DeliveryError("the producer's queue is full", permanent=False)
+                self._settle(frames, outcomes)
                 return
 
-    def _settle(self, frames: list[Spooled], failures: list[str]) -> None:
-        self._in_flight = False
-        if failures:
-            self.last_error = failures[0]
-            self._next_try_ns = self._clock.now_ns() + self._retry_ns
-        else:
-            self._spool.consume(frames)
+    def _settle(self, frames: list[Spooled], outcomes: list[DeliveryError | bool | None]) -> None:
+        """The batch is answered: consume it as far as each message is done for good."""
+        self._generation += 1  # late callbacks of this batch change nothing now
+        self._batch_frames = None
+        done = 0
+        for outcome in outcomes:
+            if isinstance(outcome, DeliveryError):
+                self.last_error = outcome.reason
+                if not outcome.permanent:
+                    break
+                self._lost += 1
+            done += 1
+        self._spool.consume(frames[:done])

@@ -59,7 +59,7 @@ def test_an_outage_loses_nothing_and_keeps_each_keys_order(
     KafkaBus(private_kafka.bootstrap).ensure_topics([TOPIC])
     inner = KafkaProducer(private_kafka.bootstrap, "spool-test")
     spool = SpoolFile(tmp_path / "spool", 64 * 1024 * 1024)
-    producer = SpoolingProducer(inner, spool, SystemClock(), stall_s=1.0, retry_s=0.5)
+    producer = SpoolingProducer(inner, spool, SystemClock(), stall_s=1.0)
     try:
         send(producer, range(0, 60))
         assert producer.flush(30) == 0 and producer.spooled == 0

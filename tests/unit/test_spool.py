@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,53 +10,57 @@ import pytest
 from zerotrace.clock import ManualClock
 from zerotrace.errors import Backpressure
 from zerotrace.spool_file import SpoolFile
-from zerotrace.spooling_producer import SpoolingProducer
+from zerotrace.spooling_producer import DeliveryError, Done, SpoolingProducer
 
 S = 1_000_000_000
 
 
 class TwinBroker:
-    """A producer whose broker is up or away: delivers on serve() while up."""
+    """A producer whose broker is up or away. Up, it delivers what it holds whenever it is
+    served (as librdkafka sends in the background and reports on poll); `lazy` holds the
+    reports until the next serve() alone, as a producer nobody polls for a while does."""
 
-    def __init__(self, clock: ManualClock, queue_limit: int = 10_000) -> None:
+    def __init__(self, clock: ManualClock, queue_limit: int = 10_000, lazy: bool = False) -> None:
         self.clock = clock
         self.up = True
-        self.queue: list[tuple[str, bytes | None, bytes, Callable[[str | None], None]]] = []
+        self.lazy = lazy
+        self.queue: list[tuple[bytes, Done]] = []
         self.topic: list[bytes] = []
         self.queue_limit = queue_limit
         self.delivered = 0
-        self.failed = 0
-        self.fail_next = 0  # deliveries refused even while up (a flapping broker)
+        self.refuse: DeliveryError | None = None  # refuse the next message this way
 
-    def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
-        raise AssertionError("the spooling producer tracks every message")
-
-    def produce_tracked(
-        self, topic: str, key: bytes | None, value: bytes, done: Callable[[str | None], None]
-    ) -> None:
+    def produce_tracked(self, topic: str, key: bytes | None, value: bytes, done: Done) -> None:
         if len(self.queue) >= self.queue_limit:
             raise Backpressure("queue full")
-        self.queue.append((topic, key, value, done))
-        self.serve()  # as librdkafka: sent in the background, outcomes served by produce
+        self.queue.append((value, done))
+        if not self.lazy:
+            self.serve()
 
     def serve(self) -> None:
         if not self.up:
             return
         queue, self.queue = self.queue, []
-        for _topic, _key, value, done in queue:
-            if self.fail_next:
-                self.fail_next -= 1
-                done("refused")
+        for value, done in queue:
+            if self.refuse is not None:
+                refusal, self.refuse = self.refuse, None
+                done(refusal)
                 continue
             self.topic.append(value)
             self.delivered += 1
             done(None)
 
+    def _fail_all(self, reason: str) -> None:
+        queue, self.queue = self.queue, []
+        for _value, done in queue:
+            done(DeliveryError(reason, permanent=False))
+
     def expire(self) -> None:
         """The producer gives up on what waited too long (message.timeout.ms)."""
-        queue, self.queue = self.queue, []
-        for *_, done in queue:
-            done("Local: Message timed out")
+        self._fail_all("Local: Message timed out")
+
+    def purge(self) -> None:
+        self._fail_all("Local: Purged in queue")
 
     def flush(self, timeout_s: float) -> int:
         self.serve()
@@ -82,19 +86,13 @@ def _close_producers() -> Iterator[None]:
 
 
 def producer(
-    tmp_path: Path, max_bytes: int = 1 << 20, batch: int = 3
+    tmp_path: Path, max_bytes: int = 1 << 20, batch: int = 3, lazy: bool = False
 ) -> tuple[SpoolingProducer, TwinBroker, ManualClock]:
     clock = ManualClock(1000 * S)
-    broker = TwinBroker(clock)
+    broker = TwinBroker(clock, lazy=lazy)
     spool = SpoolFile(tmp_path / "spool", max_bytes)
     out = SpoolingProducer(
-        broker,
-        spool,
-        clock,
-        stall_s=5,
-        retry_s=2,
-        batch=batch,
-        sleep=lambda s: clock.advance(int(s * S)),
+        broker, spool, clock, stall_s=5, batch=batch, sleep=lambda s: clock.advance(int(s * S))
     )
     _open.append(out)
     return out, broker, clock
@@ -110,39 +108,84 @@ def expected(values: range) -> list[bytes]:
     return [f"m{i}".encode() for i in values]
 
 
+def spool_bytes(tmp_path: Path) -> int:
+    return (tmp_path / "spool" / "spool.bin").stat().st_size
+
+
 def test_while_the_broker_acknowledges_nothing_is_spooled(tmp_path: Path) -> None:
     p, broker, clock = producer(tmp_path)
     send(p, clock, range(10))
     assert p.flush(5) == 0
     assert broker.topic == expected(range(10)) and p.spooled_total == 0
-    assert (tmp_path / "spool" / "spool.bin").stat().st_size == 0
+    assert spool_bytes(tmp_path) == 0
+
+
+def test_a_quiet_spell_is_not_an_outage(tmp_path: Path) -> None:
+    p, broker, clock = producer(tmp_path, lazy=True)
+    send(p, clock, range(3), every_s=6)  # each report waits for the next produce to serve it
+    assert p.spooled_total == 0 and broker.topic == expected(range(2))
 
 
 def test_an_outage_is_spooled_and_sent_in_order_when_the_broker_is_back(tmp_path: Path) -> None:
     p, broker, clock = producer(tmp_path)
     send(p, clock, range(5))
-    assert p.flush(1) == 0
     broker.up = False
-    send(p, clock, range(5, 20))  # 15 s away: the first 6 s wait in the producer, then disk
-    assert 0 < p.spooled < 15 and broker.outstanding() + p.spooled == 15
-    assert p.flush(3) > 0  # still away: nothing is lost, nothing is acknowledged
+    send(p, clock, range(5, 20))  # 15 s away: after 5 s what waited in the producer, then all
+    # All on disk; the oldest batch (3) is offered to the producer, to go once it can.
+    assert p.spooled == 15 and broker.outstanding() == 3
     broker.up = True
-    send(p, clock, range(20, 25))  # while the spool drains, new messages queue behind it
-    assert p.flush(60) == 0
-    assert broker.topic == expected(range(25))
-    assert p.failed == 0 and p.spooled == 0
-    assert (tmp_path / "spool" / "spool.bin").stat().st_size == 0
+    send(p, clock, range(20, 25))  # the spool goes first, then these, in order
+    assert p.flush(10) == 0 and broker.topic == expected(range(25))
+    assert p.spooled == 0 and spool_bytes(tmp_path) == 0
+    spooled = p.spooled_total
+    send(p, clock, range(25, 30))  # straight to the broker again
+    assert p.spooled_total == spooled and broker.topic == expected(range(30))
+    assert p.flush(5) == 0 and p.failed == 0
 
 
-def test_messages_given_up_on_after_the_spool_began_land_behind_it(tmp_path: Path) -> None:
-    p, broker, clock = producer(tmp_path, batch=20)
+def test_stopping_while_the_broker_is_away_keeps_everything_on_disk(tmp_path: Path) -> None:
+    p, broker, clock = producer(tmp_path)
     broker.up = False
-    send(p, clock, range(10))  # 6 wait in the producer, then the stall sends 4 to disk
-    broker.expire()
+    send(p, clock, range(10))
+    assert p.flush(3) == 10  # what the producer held was purged into the spool
+    assert p.spooled == 10 and broker.outstanding() == 0 and p.failed == 0
+    p.close()
+    _open.remove(p)
+    # The next run finds them and sends them first (purged ones behind the stalled spool).
+    again, broker2, clock2 = producer(tmp_path)
+    assert again.spooled == 10
+    send(again, clock2, range(10, 12))
+    assert again.flush(5) == 0
+    assert sorted(broker2.topic) == sorted(expected(range(12)))
+    assert broker2.topic[-2:] == expected(range(10, 12))
+
+
+def test_what_waited_in_the_producer_goes_to_disk_first(tmp_path: Path) -> None:
+    p, broker, clock = producer(tmp_path, batch=4)
+    broker.up = False
+    send(p, clock, range(10))  # 6 wait in the producer; at the stall they are purged to disk
+    assert p.spooled == 10 and broker.outstanding() == 4  # a batch is offered meanwhile
     broker.up = True
     assert p.flush(30) == 0 and p.failed == 0
-    # The one case where order changes: documented in spooling_producer.py.
-    assert broker.topic == expected(range(6, 10)) + expected(range(6))
+    assert broker.topic == expected(range(10))
+
+
+def test_an_outage_during_a_batch_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    p, broker, clock = producer(tmp_path, batch=4)
+    broker.up = False
+    send(p, clock, range(8))
+    broker.lazy = True  # the next batch is handed over, then the broker goes away again
+    broker.up = True
+    send(p, clock, range(8, 9), every_s=0.1)
+    # The first batch went; the second holds the rest of the spool, so m8 followed it on.
+    assert broker.topic == expected(range(4))
+    assert broker.outstanding() == 5 and p.spooled == 4
+    broker.up = False
+    broker.expire()  # the batch fails: it stays at the head of the spool, m8 joins behind
+    assert p.spooled == 5
+    broker.lazy, broker.up = False, True
+    assert p.flush(30) == 0
+    assert broker.topic == expected(range(9))
 
 
 def test_messages_the_producer_gives_up_on_go_to_disk(tmp_path: Path) -> None:
@@ -166,19 +209,16 @@ def test_a_full_producer_queue_spools_instead_of_blocking(tmp_path: Path) -> Non
     assert p.flush(30) == 0 and broker.topic == expected(range(4))
 
 
-def test_a_failed_batch_stays_on_disk_and_is_tried_again(tmp_path: Path) -> None:
-    p, broker, clock = producer(tmp_path, batch=10)
-    broker.up = False
-    send(p, clock, range(10), every_s=0.1)
-    broker.expire()
-    assert p.spooled == 10
-    broker.up = True
-    broker.fail_next = 1  # the first message of the first batch is refused
-    assert p.flush(30) == 0
-    # The batch went again whole: what was acknowledged the first time came twice.
-    assert broker.topic[-10:] == expected(range(10))
-    assert sorted(set(broker.topic)) == sorted(expected(range(10)))
-    assert p.last_error == "refused"
+def test_a_refusal_for_good_is_counted_and_does_not_hold_up_the_rest(tmp_path: Path) -> None:
+    p, broker, clock = producer(tmp_path)
+    broker.refuse = DeliveryError("Broker: Message size too large", permanent=True)
+    send(p, clock, range(3))
+    broker.refuse = DeliveryError("Broker: Not enough in-sync replicas", permanent=False)
+    send(p, clock, range(3, 6))
+    assert p.flush(5) == 0
+    # The passing refusal was kept on disk and went again before the next message.
+    assert p.failed == 1 and broker.topic == expected(range(1, 6))
+    assert p.last_error == "Broker: Not enough in-sync replicas"
 
 
 def test_a_full_spool_counts_the_loss_with_the_reason(tmp_path: Path) -> None:
@@ -186,14 +226,37 @@ def test_a_full_spool_counts_the_loss_with_the_reason(tmp_path: Path) -> None:
     broker.queue_limit = 0  # everything goes to disk at once
     send(p, clock, range(5), every_s=0.1)
     assert p.spooled == 2 and p.failed == 3
-    assert p.last_error is not None and p.last_error.startswith("spool full (60 bytes")
+    assert p.last_error is not None and p.last_error.startswith("message lost: spool full (60")
+
+
+class FullDisk:
+    def write(self, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_full_disk_loses_the_message_not_the_count(tmp_path: Path) -> None:
+    spool = SpoolFile(tmp_path / "spool", 1 << 20)
+    assert spool.append("t", None, b"v0") is None
+    spool._file.close()
+    spool._file = FullDisk()  # type: ignore[assignment]
+    reason = spool.append("t", None, b"v1")
+    assert reason is not None and "No space left on device" in reason
+    assert spool.pending == 1 and spool.append("t", None, b"v2") is None
+    assert [f.value for f in spool.peek(5)] == [b"v0", b"v2"]
+    spool.close()
 
 
 def test_the_spool_survives_a_restart_and_drops_a_torn_last_frame(tmp_path: Path) -> None:
     folder = tmp_path / "spool"
     spool = SpoolFile(folder, 1 << 20)
     for i in range(5):
-        assert spool.append("t", None if i % 2 else b"key", f"v{i}".encode())
+        assert spool.append("t", None if i % 2 else b"key", f"v{i}".encode()) is None
     spool.consume(spool.peek(2))
     spool.close()
     with open(folder / "spool.bin", "ab") as f:
@@ -206,7 +269,7 @@ def test_the_spool_survives_a_restart_and_drops_a_torn_last_frame(tmp_path: Path
         ("t", None, b"v3"),
         ("t", b"key", b"v4"),
     ]
-    assert again.append("t", b"", b"v5") and [f.value for f in again.peek(10)][-1] == b"v5"
+    assert again.append("t", b"", b"v5") is None and [f.value for f in again.peek(10)][-1] == b"v5"
     again.consume(again.peek(10))
     assert again.pending == 0 and again.bytes_used == 0
     again.close()
@@ -222,3 +285,15 @@ def test_a_bad_offset_file_starts_from_the_beginning(tmp_path: Path, offset: str
     again = SpoolFile(folder, 1 << 20)
     assert again.pending == 1
     again.close()
+
+
+def test_a_batch_leaves_the_spool_only_as_far_as_it_was_acknowledged(tmp_path: Path) -> None:
+    p, broker, clock = producer(tmp_path, batch=3)
+    broker.up = False
+    send(p, clock, range(7))  # all on disk after the stall
+    broker.expire()
+    broker.up = True
+    broker.refuse = DeliveryError("Broker: Not enough in-sync replicas", permanent=False)
+    assert p.flush(30) == 0 and p.failed == 0
+    # m0 was refused for now: the whole batch went again, so m1 and m2 arrived twice.
+    assert broker.topic == [b"m1", b"m2", *expected(range(7))]

@@ -102,6 +102,10 @@ class Exchange:
         return self.response_end_ns if self.response_end_ns is not None else self.request_end_ns
 
 
+def _unseen(size: int) -> str:
+    return f"{size} bytes not seen (events lost, or a call not traced such as sendfile)"
+
+
 class Conversation:
     def __init__(self, conn_id: str, counters: Counter[str]) -> None:
         self.conn_id = conn_id
@@ -118,9 +122,10 @@ class Conversation:
         self._in_request: Exchange | None = None
         self._in_response: Exchange | None = None
         self._interim = False  # framing a 1xx response, which answers nothing
-        # Per direction, the TCP sequence number the next syscall record should start at:
-        # a record past it means the records between were lost (a full ring buffer).
-        self._next_seq: dict[str, int] = {}
+        # Per direction, the thread of the last syscall record and the TCP sequence number
+        # its next one should start at: a record past it means the records between were lost
+        # (a full ring buffer) or moved by a call not traced (sendfile).
+        self._next_seq: dict[str, tuple[int, int]] = {}
         self._origin: Mapping[str, Any] | None = None
         self._next_index = 0
 
@@ -147,7 +152,10 @@ class Conversation:
         direction, packet = record["direction"], record["source"] == "PACKET"
         t = int(record["start_ns"] if direction == "EGRESS" or packet else record["end_ns"])
         self.last_ns = max(self.last_ns, t)
-        lost = 0 if packet else self._bytes_lost_before(direction, record.get("tcp_seq"), size)
+        lost = 0 if packet else self._bytes_lost_before(direction, record, size)
+        if lost < 0:
+            self.counters[c.RECORDS_REPEATED] += 1
+            return []
         if self.gave_up is not None:
             self.counters[c.RECORDS_IGNORED] += 1
             return []
@@ -162,7 +170,7 @@ class Conversation:
         if requests and not parser.in_message:
             self._origin = _origin_of(record)
         handle = self._on_request_event if requests else self._on_response_event
-        events = parser.skip(lost, t, f"{lost} bytes lost before the correlator") if lost else []
+        events = parser.skip(lost, t, _unseen(lost)) if lost else []
         for event in events + parser.feed(payload, t) + parser.skip(missing, t):
             if self.gave_up is None:
                 handle(event, record, out)
@@ -175,18 +183,29 @@ class Conversation:
             out += self._give_up("protocol upgrade")
         return out
 
-    def _bytes_lost_before(self, direction: str, seq: int | None, size: int) -> int:
-        """How many bytes this direction moved between the previous syscall record and this
-        one, by their TCP sequence numbers (0 without them). Packets need no such check: the
-        reassembly reports its holes as gap records."""
-        if seq is None:
+    def _bytes_lost_before(self, direction: str, record: Mapping[str, Any], size: int) -> int:
+        """Bytes this direction moved, by TCP sequence numbers, between the previous syscall
+        record of the same thread and this one; -1 when this one holds only bytes already
+        seen (a peek read again, a replayed event). 0 without sequence numbers, and when the
+        thread changes: calls of two threads on one socket can end in either order. Packets
+        need none of this: the reassembly reports its holes as gap records."""
+        raw_seq, tid = record.get("tcp_seq"), int(record.get("tid") or 0)
+        if raw_seq is None:
             return 0
-        expected = self._next_seq.get(direction)
-        self._next_seq[direction] = (seq + size) % 2**32
-        ahead = 0 if expected is None else (seq - expected) % 2**32
-        if not 0 < ahead < 2**31:  # in step, or behind (a retransmitted read): nothing lost
+        seq = int(raw_seq)
+        end = (seq + size) % 2**32
+        previous = self._next_seq.get(direction)
+        if previous is None or previous[0] != tid:
+            self._next_seq[direction] = (tid, end)
             return 0
-        self.counters[c.BYTES_LOST_BY_TCP_SEQ] += ahead
+        ahead = (seq - previous[1]) % 2**32
+        if ahead >= 2**31:  # behind: all of it seen already, or some
+            if (previous[1] - seq) % 2**32 >= size:
+                return -1
+            ahead = 0
+        self._next_seq[direction] = (tid, end)
+        if ahead:
+            self.counters[c.BYTES_LOST_BY_TCP_SEQ] += ahead
         return ahead
 
     def _decide_roles(self, payload: bytes, direction: str, packet: bool) -> bool:
