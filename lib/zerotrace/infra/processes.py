@@ -134,6 +134,12 @@ def stop(files: ServerFiles, timeout_s: float = 30.0) -> bool:
 
 
 def _alive(pid: int) -> bool:
+    for proc in _SPAWNED:  # started by this process: its handle reaps it and knows
+        if proc.pid == pid:
+            if proc.poll() is None:
+                return True
+            _SPAWNED.remove(proc)
+            return False
     try:
         # waitpid reaps our own child if it died; for others it raises ChildProcessError.
         done, _status = os.waitpid(pid, os.WNOHANG)
