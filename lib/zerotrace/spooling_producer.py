@@ -104,10 +104,7 @@ class SpoolingProducer:
     # -- the producer port ------------------------------------------------------------
 
     def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
-        self._inner.serve()
-        if self._stalled() and self._inner.outstanding() > self._batch_outstanding():
-            self._purge()  # the broker is away: what the producer holds goes first, in order
-        self._send_batch()
+        self.tick()
         if self._must_spool():
             self._keep(topic, key, value)
             return
@@ -116,6 +113,15 @@ class SpoolingProducer:
         except Backpressure:
             self._purge()
             self._keep(topic, key, value)
+
+    def tick(self) -> None:
+        """Serve delivery reports, notice an outage, send the spool on: every produce does
+        this, and an idle caller should now and then (a spool left by an earlier run is
+        sent even when nothing new comes)."""
+        self._inner.serve()
+        if self._stalled() and self._inner.outstanding() > self._batch_outstanding():
+            self._purge()  # the broker is away: what the producer holds goes first, in order
+        self._send_batch()
 
     def flush(self, timeout_s: float) -> int:
         """Wait up to `timeout_s` for the broker to take everything, the spool included; then

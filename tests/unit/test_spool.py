@@ -297,3 +297,15 @@ def test_a_batch_leaves_the_spool_only_as_far_as_it_was_acknowledged(tmp_path: P
     assert p.flush(30) == 0 and p.failed == 0
     # m0 was refused for now: the whole batch went again, so m1 and m2 arrived twice.
     assert broker.topic == [b"m1", b"m2", *expected(range(7))]
+
+
+def test_an_idle_producer_sends_a_spool_left_by_an_earlier_run(tmp_path: Path) -> None:
+    spool = SpoolFile(tmp_path / "spool", 1 << 20)
+    for i in range(4):
+        assert spool.append("raw.socket", None, f"m{i}".encode()) is None
+    spool.close()
+    p, broker, _clock = producer(tmp_path, batch=3)
+    assert p.spooled == 4
+    p.tick()
+    p.tick()
+    assert broker.topic == expected(range(4)) and p.spooled == 0

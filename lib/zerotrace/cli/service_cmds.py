@@ -159,7 +159,8 @@ def collector(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         while not stop:
-            col.pump(100)
+            if col.pump(100) == 0:
+                producer.tick()  # idle: the spool still goes on, an outage is still seen
             if args.duration and time.monotonic() - started >= args.duration:
                 break
     finally:
