@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 import urllib.request
 from typing import TYPE_CHECKING, Any
@@ -188,7 +189,8 @@ def _collector_producer(
     from zerotrace.spool_file import SpoolFile
     from zerotrace.spooling_producer import SpoolingProducer
 
-    folder = common.home / "spool" / f"collector-{common.node_id}"
+    node = re.sub(r"[^A-Za-z0-9_.-]", "_", common.node_id)  # a node id is not a path
+    folder = common.home / "spool" / f"collector-{node}"
     spool = SpoolFile(folder, max(0, spool_mb) * 1024 * 1024)
     if spool.pending:
         say(f"sending {spool.pending} records kept in {folder} by an earlier run first")
