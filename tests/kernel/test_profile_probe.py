@@ -286,3 +286,62 @@ def test_native_thread_of_a_python_process(feed: ProfileFeed) -> None:
     assert len(spinning) >= 0.9 * len(native), native[:3]
     assert not any(fr.startswith("py:") for f in native for fr in f)
     assert feed.counters()["py_no_thread"] - no_thread_before >= len(spinning)
+
+
+MANY_THREADS = textwrap.dedent(
+    """
+    import sys, threading, time
+
+    def hot_loop(deadline):
+        x = 0
+        while time.monotonic() < deadline:
+            x += 1
+
+    def handle_request(deadline):
+        hot_loop(deadline)
+
+    stop = threading.Event()
+    # 100 threads started after the main one: CPython puts each new thread state at the head
+    # of the list, so the main thread's is the 101st, past the BPF walker's 64.
+    idle = [threading.Thread(target=stop.wait) for _ in range(100)]
+    for t in idle:
+        t.start()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    handle_request(time.monotonic() + 3)
+    stop.set()
+    """
+)
+
+
+def test_a_thread_past_the_walkers_reach(feed: ProfileFeed) -> None:
+    """The main thread of a process with 100 more threads: user space tells the walker where
+    its thread state is (python_threads.py), and its samples carry Python frames again."""
+    with subprocess.Popen(
+        ["/usr/bin/python3.11", "-c", MANY_THREADS],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as app:
+        assert app.stdin and app.stdout
+        try:
+            assert app.stdout.readline() == "ready\n"
+            feed.probe.follow_pid(app.pid)
+            assert feed.python_process(app.pid) is not None
+            walks_before = feed.counters().get("py_thread_walks", 0)
+            app.stdin.write("go\n")
+            app.stdin.flush()
+            records = []
+            deadline = time.monotonic() + 15
+            while app.poll() is None and time.monotonic() < deadline:
+                records += [r.datum for r in feed.poll(100) if r.pid == app.pid]
+        finally:
+            app.kill()
+    main = [r["frames"] for r in records if r["profile_type"] == "ON_CPU" and r["tid"] == app.pid]
+    assert len(main) >= 60, len(main)
+    chained = [
+        f for f in main if 0 <= index_of(f, "py:handle_request ") < index_of(f, "py:hot_loop ")
+    ]
+    # Only the samples taken before the first walk lack them (one poll's worth).
+    assert len(chained) >= 0.9 * len(main), (len(chained), len(main), main[:2])
+    assert feed.counters()["py_thread_walks"] > walks_before

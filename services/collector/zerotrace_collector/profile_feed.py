@@ -24,6 +24,7 @@ from zerotrace_collector.probes.profile import ProfileProbe
 from zerotrace_collector.probes.profile_decode import ProfileSample, PyStatus
 from zerotrace_collector.python_procs import PythonProcess, inspect, process_start_time
 from zerotrace_collector.python_symbols import PythonSymbols
+from zerotrace_collector.python_threads import read_thread_states
 from zerotrace_collector.stack_merge import call_sites, merge_stack
 
 __all__ = ["FrameSymbolizer", "ProfileFeed"]
@@ -64,6 +65,7 @@ class ProfileFeed:
         exec_check_s: float = 1.0,
         sweep_s: float = 5.0,
         max_stacks: int = 16_384,
+        thread_walk_s: float = 2.0,
         proc: str = "/proc",
     ) -> None:
         self.probe = probe
@@ -87,6 +89,8 @@ class ProfileFeed:
         # symbolizers and the merge. Cleared whenever a process is forgotten.
         self._stacks: dict[tuple[Any, ...], list[str]] = {}
         self._max_stacks = max_stacks
+        self._thread_walk_s = thread_walk_s
+        self._thread_walks: dict[int, float] = {}  # pid -> when its thread list was read
         self.counts: Counter[str] = Counter()
 
     def attach(self) -> None:
@@ -141,6 +145,7 @@ class ProfileFeed:
         self._stacks.clear()
         self._procs.pop(pid, None)
         self._seen.pop(pid, None)
+        self._thread_walks.pop(pid, None)
         self._containers.forget(pid)
         self._py.forget(pid)
         self._symbolizer.forget(pid)
@@ -163,11 +168,26 @@ class ProfileFeed:
                 self.counts["process_exec"] += 1  # no longer that interpreter
                 self._forget(pid)
 
+    def _find_thread_states(self, pid: int) -> None:
+        """A sample of a Python process found no thread state within the walker's reach:
+        tell the walker where every thread's state is (at most every thread_walk_s per
+        process; a thread that never runs Python asks again and finds none)."""
+        proc = self._procs.get(pid)
+        now = self._clock()
+        if proc is None or now - self._thread_walks.get(pid, -1e18) < self._thread_walk_s:
+            return
+        self._thread_walks[pid] = now
+        states = read_thread_states(proc, self._proc)
+        self.counts["py_thread_walks"] += 1
+        if states:
+            self.probe.add_thread_states(states)
+
     # -- samples -------------------------------------------------------------
 
     def _count_python(self, sample: ProfileSample) -> None:
         if sample.py_status == PyStatus.NO_THREAD:
             self.counts["py_no_thread"] += 1
+            self._find_thread_states(sample.pid)
         elif sample.py_status == PyStatus.READ_FAIL:
             self.counts["py_read_fail"] += 1
         if sample.py_truncated:

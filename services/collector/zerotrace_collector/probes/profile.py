@@ -175,6 +175,13 @@ class ProfileProbe(AttachedProbe):
         """Let the BPF walker read Python frames of *proc* (replaces an older entry)."""
         tell_python_walker(self._table("zt_py_procs"), proc)
 
+    def add_thread_states(self, states: dict[int, int]) -> None:
+        """{kernel-wide tid: PyThreadState address}: where the walker finds threads past the
+        ones it walks itself (python_threads.py). Each is checked on use."""
+        table = self._table("zt_py_tstates")
+        for tid, tstate in states.items():
+            table[table.Key(tid)] = table.Leaf(tstate)
+
     def forget_python(self, pid: int) -> None:
         table = self._table("zt_py_procs")
         with contextlib.suppress(KeyError):
