@@ -263,29 +263,39 @@ def test_native_thread_of_a_python_process(feed: ProfileFeed) -> None:
             "lib.zt_start_native_thread()\n"
             "time.sleep(2.5)\n"
         )
-        with subprocess.Popen(
-            ["/usr/bin/python3.11", "-c", code],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        ) as app:
-            assert app.stdin and app.stdout
-            assert app.stdout.readline() == "ready\n"  # library loaded, waiting on stdin
+        no_thread_before = feed.counters().get("py_no_thread", 0)
+        pid, records = profile_program(feed, code)  # the library is loaded before "ready"
+    native = [r["frames"] for r in records if r["profile_type"] == "ON_CPU" and r["tid"] != pid]
+    assert len(native) >= 20, len(native)
+    spinning = [f for f in native if "native:zt_native_spin [libzt-native.so]" in f]
+    assert len(spinning) >= 0.9 * len(native), native[:3]
+    assert not any(fr.startswith("py:") for f in native for fr in f)
+    assert feed.counters()["py_no_thread"] - no_thread_before >= len(spinning)
+
+
+def profile_program(feed: ProfileFeed, code: str) -> tuple[int, list[dict[str, Any]]]:
+    """Run `python3.11 -c code` (it prints "ready", then waits for a line on stdin to start),
+    follow it from "ready" on, and return its pid and its profile records."""
+    with subprocess.Popen(
+        ["/usr/bin/python3.11", "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as app:
+        assert app.stdin and app.stdout
+        try:
+            assert app.stdout.readline() == "ready\n"
             feed.probe.follow_pid(app.pid)
             assert feed.python_process(app.pid) is not None
-            no_thread_before = feed.counters().get("py_no_thread", 0)
             app.stdin.write("go\n")
             app.stdin.flush()
             records = []
             deadline = time.monotonic() + 15
             while app.poll() is None and time.monotonic() < deadline:
                 records += [r.datum for r in feed.poll(100) if r.pid == app.pid]
-    native = [r["frames"] for r in records if r["profile_type"] == "ON_CPU" and r["tid"] != app.pid]
-    assert len(native) >= 20, len(native)
-    spinning = [f for f in native if "native:zt_native_spin [libzt-native.so]" in f]
-    assert len(spinning) >= 0.9 * len(native), native[:3]
-    assert not any(fr.startswith("py:") for f in native for fr in f)
-    assert feed.counters()["py_no_thread"] - no_thread_before >= len(spinning)
+        finally:
+            app.kill()
+    return app.pid, records
 
 
 MANY_THREADS = textwrap.dedent(
@@ -317,27 +327,9 @@ MANY_THREADS = textwrap.dedent(
 def test_a_thread_past_the_walkers_reach(feed: ProfileFeed) -> None:
     """The main thread of a process with 100 more threads: user space tells the walker where
     its thread state is (python_threads.py), and its samples carry Python frames again."""
-    with subprocess.Popen(
-        ["/usr/bin/python3.11", "-c", MANY_THREADS],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as app:
-        assert app.stdin and app.stdout
-        try:
-            assert app.stdout.readline() == "ready\n"
-            feed.probe.follow_pid(app.pid)
-            assert feed.python_process(app.pid) is not None
-            walks_before = feed.counters().get("py_thread_walks", 0)
-            app.stdin.write("go\n")
-            app.stdin.flush()
-            records = []
-            deadline = time.monotonic() + 15
-            while app.poll() is None and time.monotonic() < deadline:
-                records += [r.datum for r in feed.poll(100) if r.pid == app.pid]
-        finally:
-            app.kill()
-    main = [r["frames"] for r in records if r["profile_type"] == "ON_CPU" and r["tid"] == app.pid]
+    walks_before = feed.counters().get("py_thread_walks", 0)
+    pid, records = profile_program(feed, MANY_THREADS)
+    main = [r["frames"] for r in records if r["profile_type"] == "ON_CPU" and r["tid"] == pid]
     assert len(main) >= 60, len(main)
     chained = [
         f for f in main if 0 <= index_of(f, "py:handle_request ") < index_of(f, "py:hot_loop ")
