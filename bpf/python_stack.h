@@ -9,16 +9,20 @@
  * what bcc puts before every program (u32/u64, BPF_HASH, the helpers, struct bpf_pidns_info).
  *
  * What it needs per process (filled by services/collector/zerotrace_collector/python_procs.py):
- * the address of _PyRuntime and the struct offsets of that CPython version (3.11 to 3.13).
+ * the address of _PyRuntime and the struct offsets of that CPython version (3.10 to 3.13).
  *
  * How: _PyRuntime.interpreters.head -> PyInterpreterState.threads.head -> PyThreadState list,
  * matched on native_thread_id (the tid as the process sees it: in a container, the one in its
- * own pid namespace, see pidns_* below). The match does not depend on the GIL: a thread
+ * own pid namespace, see pidns_* below); 3.10 has no native_thread_id, only thread_id =
+ * pthread_self(), which glibc makes the thread's FS base: that one is read from the task
+ * (thread.fsbase, offset from the kernel's BTF as -DZT_OFF_TASK_FSBASE; without it 3.10
+ * threads are not found). The match does not depend on the GIL: a thread
  * in time.sleep() released it but its thread state and its frame chain stay as they were, so
  * this works at a perf sample, at sched_switch and in a uprobe alike. From the thread state:
  * the innermost _PyInterpreterFrame (3.11/3.12: tstate->cframe->current_frame; 3.13:
- * tstate->current_frame), then ->previous up to ZT_PY_MAX_DEPTH frames, leaf first, keeping
- * (code object address, instruction pointer). Names and lines are resolved in user space.
+ * tstate->current_frame; 3.10: the PyFrameObject tstate->frame), then ->previous (f_back) up
+ * to ZT_PY_MAX_DEPTH frames, leaf first, keeping (code object address, instruction pointer;
+ * 3.10: f_lasti). Names and lines are resolved in user space.
  *
  * Tunables (-D): ZT_PY_MAX_DEPTH (frames kept, default 48), ZT_PY_MAX_THREADS (thread states
  * walked to find a tid, default 64).
@@ -35,8 +39,11 @@
 
 /* tstate_frame points straight at the frame (3.13) rather than at a _PyCFrame. */
 #define ZT_PY_NO_CFRAME 0xffffffffu
-/* No owner value marks C-stack shim frames (3.11 has none). */
+/* No owner value marks C-stack shim frames (3.10 and 3.11 have none). */
 #define ZT_PY_NO_SHIM 0xffffffffu
+/* What tstate_native_tid holds (python_procs.TID_*). */
+#define ZT_PY_TID_NATIVE 0  /* native_thread_id: the tid in the process's pid namespace */
+#define ZT_PY_TID_PTHREAD 1 /* thread_id: pthread_self(), the thread's FS base */
 
 /* Mirrors python_procs.PyOffsets.pack(); 8-byte aligned, no implicit padding. */
 struct zt_py_offsets {
@@ -44,15 +51,15 @@ struct zt_py_offsets {
 	u32 runtime_interp_head; /* _PyRuntimeState.interpreters.head */
 	u32 interp_threads_head; /* PyInterpreterState.threads.head */
 	u32 tstate_next;         /* PyThreadState.next */
-	u32 tstate_native_tid;   /* PyThreadState.native_thread_id */
-	u32 tstate_frame;        /* PyThreadState.cframe (3.11/3.12) or .current_frame (3.13) */
+	u32 tstate_native_tid;   /* PyThreadState.native_thread_id (3.10: .thread_id) */
+	u32 tstate_frame;        /* PyThreadState.cframe (3.11/3.12), .current_frame (3.13), .frame (3.10) */
 	u32 cframe_current;      /* _PyCFrame.current_frame, or ZT_PY_NO_CFRAME */
 	u32 frame_code;          /* _PyInterpreterFrame.f_code / f_executable */
 	u32 frame_previous;      /* _PyInterpreterFrame.previous */
 	u32 frame_instr;         /* _PyInterpreterFrame.prev_instr / instr_ptr */
 	u32 frame_owner;         /* _PyInterpreterFrame.owner (a char) */
 	u32 owner_shim;          /* owner value of shim frames to skip, or ZT_PY_NO_SHIM */
-	u32 reserved;
+	u32 tid_match;           /* ZT_PY_TID_NATIVE or ZT_PY_TID_PTHREAD */
 	/* The process's pid namespace (kernel dev_t encoding, inode), or 0s for the initial one.
 	 * CPython stores gettid() as seen inside the process's own namespace, so in a container
 	 * the thread is matched by its tid there, not by the kernel-wide one. */
@@ -87,8 +94,22 @@ static __always_inline int zt_py_read_ptr(u64 *dst, u64 addr)
 	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
 }
 
-/* tid: the kernel-wide thread id (the cache key); ns_tid: the same thread as CPython knows it. */
-static __always_inline u64 zt_py_find_tstate(const struct zt_py_offsets *o, u32 tid, u32 ns_tid,
+/* pthread_self() of the current thread: its FS base as the kernel keeps it. glibc sets it
+ * once per thread (clone's CLONE_SETTLS), so the saved value is the live one. 0 = unknown. */
+static __always_inline u64 zt_py_thread_self(void)
+{
+	u64 fsbase = 0;
+#ifdef ZT_OFF_TASK_FSBASE
+	u64 task = bpf_get_current_task();
+	if (bpf_probe_read_kernel(&fsbase, sizeof(fsbase), (const void *)(task + ZT_OFF_TASK_FSBASE)))
+		return 0;
+#endif
+	return fsbase;
+}
+
+/* tid: the kernel-wide thread id (the cache key); ns_tid: the value CPython keeps for the same
+ * thread at tstate_native_tid (its tid in the process's namespace, or pthread_self()). */
+static __always_inline u64 zt_py_find_tstate(const struct zt_py_offsets *o, u32 tid, u64 ns_tid,
 					     int *fail)
 {
 	u64 tstate = 0, native = 0;
@@ -134,8 +155,14 @@ static __always_inline int zt_python_stack(u32 tgid, u32 tid, struct zt_py_stack
 	struct zt_py_offsets *o = zt_py_procs.lookup(&tgid);
 	if (!o)
 		return ZT_PY_NONE;
-	u32 ns_tid = tid;
-	if (o->pidns_ino) {
+	u64 ns_tid = tid;
+	if (o->tid_match == ZT_PY_TID_PTHREAD) {
+		ns_tid = zt_py_thread_self();
+		if (!ns_tid) {
+			out->status = ZT_PY_NO_THREAD;
+			return out->status;
+		}
+	} else if (o->pidns_ino) {
 		struct bpf_pidns_info ns = {};
 		if (bpf_get_ns_current_pid_tgid(o->pidns_dev, o->pidns_ino, &ns, sizeof(ns))) {
 			out->status = ZT_PY_NO_THREAD;

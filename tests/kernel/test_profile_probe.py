@@ -1,6 +1,6 @@
 """Kernel test: the CPU profiler shows Python call chains of a real program, merged with its
-native and kernel frames, on CPU and off CPU, under the machine's CPython 3.11 and another
-version: every 3.12/3.13 found (pyenv's, $ZEROTRACE_OTHER_PYTHON, or the one
+native and kernel frames, on CPU and off CPU, under the machine's CPython 3.11 and the other
+versions: every 3.10/3.12/3.13 found (pyenv's, $ZEROTRACE_OTHER_PYTHON, or the one
 scripts/other-python.sh puts in .venv/other-python).
 
 The program is tests/harness/profiled_app.py, started normally: about 70% of its CPU in
@@ -41,11 +41,11 @@ APP_SECONDS = 4.0
 
 
 def other_pythons() -> dict[str, str | None]:
-    """CPython 3.12/3.13 interpreters to run the program under, by version ("other": None
-    when there is none)."""
+    """CPython 3.10/3.12/3.13 interpreters to run the program under, by version ("other":
+    None when there is none)."""
     candidates = [os.environ.get("ZEROTRACE_OTHER_PYTHON", "")]
     candidates += sorted(glob.glob(str(REPO / ".venv/other-python/bin/python3.1[23]")))
-    candidates += sorted(glob.glob("/root/.pyenv/versions/3.1[23].*/bin/python3.1[23]"))
+    candidates += sorted(glob.glob("/root/.pyenv/versions/3.1[023].*/bin/python3.1[023]"))
     found: dict[str, str | None] = {}
     for c in candidates:
         if c and os.access(c, os.X_OK):

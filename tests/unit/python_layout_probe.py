@@ -1,4 +1,4 @@
-"""Run INSIDE a CPython 3.11+ interpreter: find, in its own memory, the struct offsets that
+"""Run INSIDE a CPython 3.10+ interpreter: find, in its own memory, the struct offsets that
 python_procs.LAYOUTS hard-codes, by the value each field must hold, and print them as JSON
 (each field: the offsets where the expected value was found; the table's must be among them).
 
@@ -7,6 +7,10 @@ ranges inside the objects, and follows a pointer only into a readable mapping of
 /proc/self/maps, so a wrong guess here cannot crash the interpreter.
 The frame checks run in one function body without calling Python functions: a call would
 push a frame and move tstate's current frame away from the one being checked.
+
+3.10 differs where the walker does (python_procs.LAYOUTS): the thread is known by thread_id
+(pthread_self(), threading.get_ident()), the frame is the PyFrameObject itself, its instruction
+is the int f_lasti (code units), co_name stands for co_qualname, and there is no owner byte.
 """
 
 import ctypes
@@ -53,7 +57,10 @@ tstate = api.PyThreadState_Get()
 interp = api.PyInterpreterState_Get()
 runtime = ctypes.addressof(ctypes.c_char.in_dll(api, "_PyRuntime"))
 out["runtime_interp_head"] = find(runtime, api.PyInterpreterState_Main(), 8192)
-out["tstate_native_tid"] = find(tstate, threading.get_native_id(), 512)
+LEGACY = sys.version_info < (3, 11)
+# The value the walker matches a thread by.
+thread_key = threading.get_ident() if LEGACY else threading.get_native_id()
+out["tstate_native_tid"] = find(tstate, thread_key, 512)
 stop = threading.Event()
 other = threading.Thread(target=stop.wait)
 other.start()
@@ -65,10 +72,15 @@ other.join()
 
 
 class Holder:
-    def method(self) -> tuple[int, int, types.CodeType, list[int], list[list[int]], list[int]]:
+    def method(
+        self,
+    ) -> tuple[int, int, types.CodeType, list[int], list[list[int]], list[int], list[int]]:
         frame = sys._getframe()
-        iframe = U64(id(frame) + 24).value  # PyFrameObject.f_frame (3.11+)
-        caller = U64(id(frame.f_back) + 24).value
+        if LEGACY:  # the PyFrameObjects themselves
+            iframe, caller = id(frame), id(frame.f_back)
+        else:  # PyFrameObject.f_frame (3.11+)
+            iframe = U64(id(frame) + 24).value
+            caller = U64(id(frame.f_back) + 24).value
         direct: list[int] = []
         via: list[list[int]] = []
         for o in range(0, 512, 8):
@@ -81,19 +93,30 @@ class Holder:
                     if outside and U64(p + k).value == iframe:
                         via.append([o, k])
         code = frame.f_code
-        head_bytes = [U64(iframe + o).value for o in range(0, 80, 8)]
-        return iframe, caller, code, direct, via, head_bytes
+        # 3.10: f_lasti only grows in straight code, so while the words are read it lies
+        # between what it was before and after (Python shows it in bytes, it keeps code units).
+        before = frame.f_lasti // 2
+        head_bytes = [U64(iframe + o).value for o in range(0, 128 if LEGACY else 80, 8)]
+        after = frame.f_lasti // 2
+        lasti = [
+            i * 8
+            for i, w in enumerate(head_bytes)
+            if LEGACY and before <= (w & 0xFFFFFFFF) <= after
+        ]
+        return iframe, caller, code, direct, via, head_bytes, lasti
 
 
-iframe, caller, code, direct, via, words = Holder().method()
+iframe, caller, code, direct, via, words, lasti_at = Holder().method()
 out["tstate_frame_direct"] = direct
 out["tstate_frame_via_cframe"] = via
 out["frame_code"] = [i * 8 for i, w in enumerate(words) if w == id(code)]
 out["frame_previous"] = [i * 8 for i, w in enumerate(words) if w == caller]
-out["frame_instr"] = [i * 8 for i, w in enumerate(words) if id(code) < w < id(code) + 65536]
+out["frame_instr"] = lasti_at or [
+    i * 8 for i, w in enumerate(words) if id(code) < w < id(code) + 65536
+]
 cid = id(code)
 out["code_filename"] = find(cid, id(code.co_filename), 256)
-out["code_qualname"] = find(cid, id(code.co_qualname), 256)
+out["code_qualname"] = find(cid, id(code.co_name if LEGACY else code.co_qualname), 256)
 out["code_linetable"] = find(cid, id(code.co_linetable), 256)
 out["code_firstlineno"] = [
     o for o in range(0, 256, 4) if ctypes.c_int.from_address(cid + o).value == code.co_firstlineno
@@ -108,13 +131,18 @@ def generator() -> Iterator[int]:
 
 
 # owner: FRAME_OWNED_BY_GENERATOR (1) in a suspended generator, FRAME_OWNED_BY_THREAD (0) here.
-suspended = generator()
-gen_frame = next(suspended)
-module_frame = U64(id(sys._getframe()) + 24).value
-byte = ctypes.c_uint8.from_address
-out["frame_owner"] = [
-    o for o in range(64, 72) if byte(gen_frame + o).value == 1 and byte(module_frame + o).value == 0
-]
+# 3.10 frames have none.
+out["frame_owner"] = []
+if not LEGACY:
+    suspended = generator()
+    gen_frame = next(suspended)
+    module_frame = U64(id(sys._getframe()) + 24).value
+    byte = ctypes.c_uint8.from_address
+    out["frame_owner"] = [
+        o
+        for o in range(64, 72)
+        if byte(gen_frame + o).value == 1 and byte(module_frame + o).value == 0
+    ]
 out["ascii_data"] = [sys.getsizeof("") - 1]
 out["compact_data"] = [sys.getsizeof("x\xe9") - 3]  # two latin-1 chars and a NUL
 out["version"] = list(sys.version_info[:2])

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from zerotrace_collector.probes.kernel_btf import VMLINUX, BtfError, KernelBtf
+from zerotrace_collector.probes.python_stack import python_stack_cflags
 from zerotrace_collector.probes.socket import TCP_SEQ_MEMBERS, tcp_seq_cflags
 
 INT, PTR, STRUCT, UNION, ENUM, FUNC_PROTO = 1, 2, 4, 5, 6, 13
@@ -104,3 +105,18 @@ def test_the_running_kernel_has_every_member_the_socket_probe_reads() -> None:
     # Landmarks that hold on every kernel: the first member is at 0, pointers are aligned.
     assert offsets["ZT_OFF_FDT_MAX_FDS"] == "0"
     assert all(int(v) % 4 == 0 for v in offsets.values())
+
+
+def test_python_stack_flags_without_btf_say_what_is_lost(tmp_path: Path) -> None:
+    flags, note = python_stack_cflags(tmp_path / "none")
+    assert flags == () and note is not None
+    assert note.startswith("CPython 3.10 stacks without Python frames: cannot read")
+
+
+@pytest.mark.skipif(not VMLINUX.exists(), reason="this kernel publishes no BTF")
+def test_python_stack_flags_point_at_the_fs_base_of_a_task() -> None:
+    flags, note = python_stack_cflags()
+    assert note is None and len(flags) == 1 and flags[0].startswith("-DZT_OFF_TASK_FSBASE=")
+    btf = KernelBtf.running_kernel()
+    # Deep inside task_struct (thread is its last member), past the thread's own fields.
+    assert int(flags[0].split("=")[1]) > btf.member_offset("task_struct", "thread")

@@ -18,6 +18,9 @@ from zerotrace_collector.python_procs import (
     DEBUG_OFFSETS_SIZE,
     LAYOUTS,
     NO_CFRAME,
+    NO_SHIM,
+    TID_NATIVE,
+    TID_PTHREAD,
     inspect,
     interpreter_module,
     layout_from_debug_offsets,
@@ -83,6 +86,8 @@ def test_pack_matches_the_c_struct() -> None:
     assert fields[0] == 0x1122334455667788
     assert fields[5] == walker.tstate_frame and fields[6] == NO_CFRAME
     assert fields[-2:] == (0x400004, 4026532000)
+    assert fields[-3] == TID_NATIVE
+    assert struct.unpack("<Q12I2Q", LAYOUTS[(3, 10)].walker.pack(1))[-3] == TID_PTHREAD
 
 
 def test_pid_namespace_in_kernel_encoding() -> None:
@@ -111,9 +116,9 @@ def test_inspect_gone_process() -> None:
 def interpreters() -> list[str]:
     found = {os.path.realpath(sys.executable)}
     patterns = [
-        "/usr/bin/python3.1[123]",
-        str(REPO / ".venv/other-python/bin/python3.1[123]"),
-        "/root/.pyenv/versions/3.1[123].*/bin/python3.1[123]",
+        "/usr/bin/python3.1[0123]",
+        str(REPO / ".venv/other-python/bin/python3.1[0123]"),
+        "/root/.pyenv/versions/3.1[0123].*/bin/python3.1[0123]",
     ]
     for pattern in patterns:
         found.update(os.path.realpath(p) for p in glob.glob(pattern))
@@ -138,12 +143,16 @@ def test_layout_table_matches_the_live_interpreter(python: str) -> None:
     assert w.frame_code in seen["frame_code"]
     assert w.frame_previous in seen["frame_previous"]
     assert w.frame_instr in seen["frame_instr"]
-    assert w.frame_owner in seen["frame_owner"]
     assert c.filename in seen["code_filename"]
     assert c.qualname in seen["code_qualname"]
     assert c.linetable in seen["code_linetable"]
     assert c.firstlineno in seen["code_firstlineno"]
-    assert c.code_adaptive in seen["code_adaptive"]
+    if c.lasti_index:  # 3.10: no owner byte, no bytecode pointer, threads by pthread_self()
+        assert w.owner_shim == NO_SHIM and w.tid_match == TID_PTHREAD
+    else:
+        assert w.frame_owner in seen["frame_owner"]
+        assert c.code_adaptive in seen["code_adaptive"]
+        assert w.tid_match == TID_NATIVE
     assert [c.ascii_data] == seen["ascii_data"] and [c.compact_data] == seen["compact_data"]
 
 

@@ -17,7 +17,7 @@ def add_profiling_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "profiling",
         "flame graphs: on-CPU samples, off-CPU time, GPU memory and launches, with Python "
-        "frames (CPython 3.11-3.13), native and kernel frames",
+        "frames (CPython 3.10-3.13), native and kernel frames",
     )
     g.add_argument(
         "--profile",
@@ -72,6 +72,11 @@ def profiling_feeds(
         gpu = GpuProbe(bpf_dir, follow=follows)
         feeds.insert(0, GpuFeed(gpu, node_id, mono_to_epoch_ns, symbolizer))
     return feeds
+
+
+def profiling_notes(feeds: list[Any]) -> list[str]:
+    """After attaching: one line for each part of profiling this kernel cannot do."""
+    return [note for feed in feeds for note in feed.probe.notes]
 
 
 def follow(feeds: list[Any], pid: int) -> None:

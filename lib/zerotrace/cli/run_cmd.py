@@ -25,7 +25,11 @@ from zerotrace.cli.common import (
 )
 from zerotrace.cli.held_start import HeldCommand
 from zerotrace.cli.llm_view import render_llm_view
-from zerotrace.cli.profiling_args import add_profiling_arguments, profiling_feeds
+from zerotrace.cli.profiling_args import (
+    add_profiling_arguments,
+    profiling_feeds,
+    profiling_notes,
+)
 from zerotrace.cli.profiling_args import follow as follow_profiled
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
@@ -137,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
             feed.attach()
     except ProbeUnavailable as exc:
         raise FeatureUnavailable(str(exc)) from None
-    for note in socket_probe.notes:
+    for note in [*socket_probe.notes, *profiling_notes(profiling)]:
         say(note)
     stop = StopFlag()
     child: subprocess.Popen[bytes] | None = None

@@ -11,7 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from zerotrace import settings
 from zerotrace.cli.common import BPF_DIR, StopFlag, probe_text, say
-from zerotrace.cli.profiling_args import add_profiling_arguments, profiling_feeds
+from zerotrace.cli.profiling_args import (
+    add_profiling_arguments,
+    profiling_feeds,
+    profiling_notes,
+)
 from zerotrace.cli.profiling_args import follow as follow_profiled
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
@@ -147,6 +151,8 @@ def collector(args: argparse.Namespace) -> int:
             feed.attach()
     except ProbeUnavailable as exc:
         raise FeatureUnavailable(str(exc)) from None
+    for note in profiling_notes(profiling):
+        say(note)
     if socket_probe is not None:
         for note in socket_probe.notes:
             say(note)

@@ -1,9 +1,12 @@
 """CPython processes: which version, where its ``_PyRuntime`` is, and the struct offsets the BPF
 frame walker (``bpf/python_stack.h``) and the code-object reader (:mod:`.python_symbols`) need.
 
-Supported: CPython 3.11, 3.12 and 3.13 on x86-64 (the ``_PyInterpreterFrame`` era). 3.10 and
-older keep ``PyFrameObject`` chains with another layout and are not walked: their threads show
-native stacks only. Offsets are fixed per minor version (CPython keeps struct layouts stable
+Supported: CPython 3.10 to 3.13 on x86-64. 3.11 and later keep ``_PyInterpreterFrame``s; 3.10
+keeps a chain of ``PyFrameObject``s whose instruction is ``f_lasti`` (a code-unit index, not a
+pointer), has no ``co_qualname`` (frames show ``co_name``), and, having no
+``native_thread_id``, knows its threads only by ``pthread_self()``: the walker matches those
+against the thread's FS base (see ``TID_PTHREAD``). 3.9 and older show native stacks only.
+Offsets are fixed per minor version (CPython keeps struct layouts stable
 within one) and were checked on live interpreters by ``tests/unit/python_layout_probe.py``,
 which finds each field by the value it must hold; ``tests/unit/test_python_procs.py`` runs it
 for every interpreter on the machine and compares. 3.13 publishes its own offsets at the start
@@ -29,6 +32,8 @@ from typing import Final
 
 __all__ = [
     "LAYOUTS",
+    "TID_NATIVE",
+    "TID_PTHREAD",
     "CodeLayout",
     "Layout",
     "Mapping",
@@ -45,6 +50,9 @@ __all__ = [
 
 NO_CFRAME: Final = 0xFFFFFFFF  # ZT_PY_NO_CFRAME in python_stack.h
 NO_SHIM: Final = 0xFFFFFFFF  # ZT_PY_NO_SHIM
+# How the walker recognises the sampled thread's PyThreadState (ZT_PY_TID_* in python_stack.h).
+TID_NATIVE: Final = 0  # tstate_native_tid holds native_thread_id, the tid (3.11+)
+TID_PTHREAD: Final = 1  # it holds thread_id, pthread_self(): on x86-64 the thread's FS base (3.10)
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,7 @@ class PyOffsets:
     frame_instr: int
     frame_owner: int
     owner_shim: int
+    tid_match: int = TID_NATIVE
 
     def pack(self, runtime_addr: int, pidns: tuple[int, int] = (0, 0)) -> bytes:
         """*pidns*: (kernel dev_t, inode) of the process's pid namespace, (0, 0) for the
@@ -80,7 +89,7 @@ class PyOffsets:
             self.frame_instr,
             self.frame_owner,
             self.owner_shim,
-            0,
+            self.tid_match,
             *pidns,
         )
 
@@ -93,9 +102,17 @@ class CodeLayout:
     qualname: int
     linetable: int
     firstlineno: int
-    code_adaptive: int  # start of the bytecode inside the code object
+    code_adaptive: int  # start of the bytecode inside the code object (0: not used, 3.10)
     ascii_data: int  # sizeof(PyASCIIObject): compact ASCII text starts here
     compact_data: int  # sizeof(PyCompactUnicodeObject): other compact text starts here
+    # 3.10: the walker's instruction word is f_lasti (an int, code units) with f_lineno above
+    # it, and co_linetable holds (byte delta, line delta) pairs instead of a location table.
+    lasti_index: bool = False
+
+    @property
+    def head_size(self) -> int:
+        """Bytes of the code object to read to reach every field used here."""
+        return max(self.filename, self.qualname, self.linetable, self.firstlineno) + 8
 
 
 @dataclass(frozen=True)
@@ -108,7 +125,14 @@ class Layout:
 # does not. 3.12 and 3.13 push shim frames (owner FRAME_OWNED_BY_CSTACK = 3) when C calls into
 # Python; they have no code of their own. 3.11 marks those by is_entry instead, and its frames
 # are all real. 3.11's PyASCIIObject still has the wstr pointer (48 bytes, not 40).
+# 3.10: tstate->frame is the innermost PyFrameObject (f_back, f_code, f_lasti); the walker
+# reads 8 bytes at f_lasti, f_lineno comes along in the upper half. No owner byte: 108 is
+# f_state, read and ignored (owner_shim NO_SHIM). "qualname" is co_name.
 LAYOUTS: Final[dict[tuple[int, int], Layout]] = {
+    (3, 10): Layout(
+        PyOffsets(32, 8, 8, 176, 24, NO_CFRAME, 32, 24, 96, 108, NO_SHIM, TID_PTHREAD),
+        CodeLayout(104, 112, 120, 40, 0, 48, 72, lasti_index=True),
+    ),
     (3, 11): Layout(
         PyOffsets(40, 16, 8, 160, 56, 8, 32, 48, 56, 69, NO_SHIM),
         CodeLayout(112, 128, 136, 72, 184, 48, 72),

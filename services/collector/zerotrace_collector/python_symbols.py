@@ -9,7 +9,9 @@ immutable while it lives; one freed and another allocated at the same address in
 process would be misnamed until forgotten, which this cache accepts as py-spy does.
 
 The line comes from the instruction offset and ``co_linetable`` (3.11+ location table,
-CPython's Objects/locations.md); decoding is pure and lives in :func:`line_for`.
+CPython's Objects/locations.md; 3.10's (byte delta, line delta) pairs, its
+Objects/lnotab_notes.txt); decoding is pure and lives in :func:`line_for` and
+:func:`line_for_pairs`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from typing import Final
 
 from .python_procs import CodeLayout, PythonProcess
 
-__all__ = ["CodeInfo", "PythonSymbols", "decode_str", "line_for", "python_frame"]
+__all__ = [
+    "CodeInfo",
+    "PythonSymbols",
+    "decode_str",
+    "line_for",
+    "line_for_pairs",
+    "python_frame",
+]
 
 _MAX_TEXT: Final = 4096
 _MAX_LINETABLE: Final = 1 << 20
@@ -84,6 +93,29 @@ def line_for(linetable: bytes, firstlineno: int, lasti: int) -> int:
     except IndexError:
         pass
     return firstlineno
+
+
+def line_for_pairs(linetable: bytes, firstlineno: int, lasti: int) -> int:
+    """3.10: the source line of the instruction at code unit *lasti* from a table of
+    (byte-offset delta: unsigned, line delta: signed, -128 = no line) pairs; *firstlineno*
+    before the first instruction, for an instruction with no line, and past the table."""
+    if lasti < 0:
+        return firstlineno
+    offset, start, line = lasti * 2, 0, firstlineno
+    for pos in range(0, len(linetable) - 1, 2):
+        end = start + linetable[pos]
+        delta = linetable[pos + 1] - 256 if linetable[pos + 1] > 127 else linetable[pos + 1]
+        if delta != -128:
+            line += delta
+        if start <= offset < end:
+            return line if delta != -128 else firstlineno
+        start = end
+    return firstlineno
+
+
+def _signed32(word: int) -> int:
+    low = word & 0xFFFFFFFF
+    return low - (1 << 32) if low >> 31 else low
 
 
 def decode_str(
@@ -168,7 +200,7 @@ class PythonSymbols:
             return decode_str(read(at, 40), read, at, lay)
 
         try:
-            head = read(addr, lay.code_adaptive)
+            head = read(addr, lay.head_size)
             filename = text(struct.unpack_from("<Q", head, lay.filename)[0])
             qualname = text(struct.unpack_from("<Q", head, lay.qualname)[0])
             firstlineno = struct.unpack_from("<i", head, lay.firstlineno)[0]
@@ -204,8 +236,13 @@ class PythonSymbols:
         if info is None:
             self.counts["py_code_unreadable"] += 1
             return None
-        lasti = (instr - code_addr - proc.layout.code.code_adaptive) // 2
-        text = python_frame(info, line_for(info.linetable, info.firstlineno, lasti))
+        lay = proc.layout.code
+        if lay.lasti_index:
+            line = line_for_pairs(info.linetable, info.firstlineno, _signed32(instr))
+        else:
+            lasti = (instr - code_addr - lay.code_adaptive) // 2
+            line = line_for(info.linetable, info.firstlineno, lasti)
+        text = python_frame(info, line)
         self._texts[at] = text
         if len(self._texts) > 4 * self._max_codes:
             self._texts.popitem(last=False)

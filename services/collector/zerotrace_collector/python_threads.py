@@ -18,7 +18,7 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from zerotrace_collector.python_procs import PyOffsets, PythonProcess
+from zerotrace_collector.python_procs import TID_NATIVE, PyOffsets, PythonProcess
 
 MAX_THREADS: Final = 4096
 """Thread states read per walk: a list longer than this (or a cycle) stops there."""
@@ -59,7 +59,11 @@ def kernel_tids(nspid_lines: Iterable[tuple[int, str]]) -> dict[int, int]:
 
 
 def read_thread_states(proc: PythonProcess, root: str = "/proc") -> dict[int, int]:
-    """{kernel-wide tid: PyThreadState address} of a live process; empty when unreadable."""
+    """{kernel-wide tid: PyThreadState address} of a live process; empty when unreadable,
+    and for CPython 3.10, which keeps pthread_self() values that /proc cannot map to tids (its
+    threads past the walker's reach show native stacks)."""
+    if proc.layout.walker.tid_match != TID_NATIVE:
+        return {}
     try:
         fd = os.open(f"{root}/{proc.pid}/mem", os.O_RDONLY)
     except OSError:

@@ -19,7 +19,7 @@ interpreter module itself (``python3.11`` or ``libpython3.12.so.1.0``): everythi
 rootwards is the evaluation loop the Python frames already stand for, or garbage. It is also
 cut at the first frame past the leaf that no mapped file covers (``native:[unknown]+0x...``):
 in a sample of a Python thread that is the frame-pointer walk reading a stale register, not
-code (a JIT would be the exception, and CPython 3.11-3.13 has none by default). A thread with
+code (a JIT would be the exception, and CPython 3.10-3.13 has none by default). A thread with
 no Python frames (a native thread, or not a Python process) keeps its whole native stack.
 """
 

@@ -57,11 +57,11 @@ from .gpu_decode import (
     MalformedEvent,
     decode_gpu_event,
 )
+from .python_stack import PYTHON_STACK_FILE, python_stack_cflags
 
 __all__ = ["GpuProbe", "ProbeUnavailable"]
 
 PROGRAM_FILE: Final = "gpu_calls.c"
-PYTHON_STACK_FILE: Final = "python_stack.h"
 EVENTS_MAP: Final = b"zt_gpu_events"
 # Indexes into zt_gpu_stats; mirror the ZT_STAT_* defines in bpf/gpu_calls.c.
 _STATS: Final = ("lost", "inflight_full", "nested", "stops")
@@ -144,6 +144,7 @@ class GpuProbe(AttachedProbe):
             f"-DZT_RINGBUF_PAGES={self.ringbuf_pages}",
             f"-DZT_STACKS={self.stack_entries}",
             f"-DZT_PY_MAX_DEPTH={self.py_depth}",
+            *python_stack_cflags()[0],
         ]
 
     def _source(self) -> str:

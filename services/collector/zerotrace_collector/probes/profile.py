@@ -26,12 +26,11 @@ from .bcc_loader import (
     tell_python_walker,
 )
 from .profile_decode import MalformedEvent, ProfileLayout, ProfileSample
+from .python_stack import PYTHON_STACK_FILE, python_stack_cflags
 
 __all__ = ["DEFAULT_RATE_HZ", "ProbeUnavailable", "ProfileProbe", "program_text"]
 
 PROGRAM_FILE: Final = "profile.c"
-# Compiled first, as part of the main text: bcc rewrites map accesses only there.
-PYTHON_STACK_FILE: Final = "python_stack.h"
 # A prime near 100: a sampler at exactly 100 Hz (or 99, 50...) can fall into lock step with
 # work driven by 100 Hz/10 ms timers and see the same phase of it every time; 97 does not.
 DEFAULT_RATE_HZ: Final = 97
@@ -91,6 +90,8 @@ class ProfileProbe(AttachedProbe):
         self.ringbuf_pages = ringbuf_pages
         self.self_pid = os.getpid() if self_pid is None else self_pid
         self.malformed = 0
+        # One line per thing that works only in part on this kernel (set by attach).
+        self.notes: list[str] = []
         self._bpf: Any = None
         self._pending: list[ProfileSample] = []
         self._lost_at_close = 0
@@ -112,6 +113,7 @@ class ProfileProbe(AttachedProbe):
             f"-DZT_STACK_DEPTH={self.layout.stack_depth}",
             f"-DZT_PY_MAX_DEPTH={self.layout.py_depth}",
             f"-DZT_RINGBUF_PAGES={self.ringbuf_pages}",
+            *python_stack_cflags()[0],
         ]
 
     def _source(self) -> str:
@@ -137,6 +139,8 @@ class ProfileProbe(AttachedProbe):
         if self.pids is not None:
             tracepoints.append(("sched", "sched_process_fork"))
         bpf_class = bcc_for("CPU profiler", tracepoints)
+        note = python_stack_cflags()[1]
+        self.notes = [note] if note else []
         bpf = compile_program(bpf_class, self._source(), self.cflags(), self.source_path)
         try:
             if self.pids is not None:
