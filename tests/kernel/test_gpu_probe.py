@@ -322,11 +322,11 @@ def test_a_deleted_mapped_library_is_counted_not_fatal(fake_cuda: FakeCuda, tmp_
 
 
 def other_pythons() -> list[str]:
-    """CPython 3.12/3.13 interpreters here ($ZEROTRACE_OTHER_PYTHON, .venv/other-python,
+    """CPython 3.10/3.12/3.13 interpreters here ($ZEROTRACE_OTHER_PYTHON, .venv/other-python,
     pyenv's), one per version."""
     candidates = [os.environ.get("ZEROTRACE_OTHER_PYTHON", "")]
     candidates += sorted(glob.glob(str(REPO / ".venv/other-python/bin/python3.1[23]")))
-    candidates += sorted(glob.glob("/root/.pyenv/versions/3.1[23].*/bin/python3.1[23]"))
+    candidates += sorted(glob.glob("/root/.pyenv/versions/3.1[023].*/bin/python3.1[023]"))
     found: dict[str, str] = {}
     for c in candidates:
         if c and os.access(c, os.X_OK):
@@ -339,7 +339,7 @@ def test_python_frames_under_another_cpython(
     python: str | None, fake_cuda: FakeCuda, tmp_path: Path
 ) -> None:
     if python is None:
-        pytest.skip("no CPython 3.12/3.13 here (set ZEROTRACE_OTHER_PYTHON)")
+        pytest.skip("no CPython 3.10/3.12/3.13 here (set ZEROTRACE_OTHER_PYTHON)")
     feed = GpuFeed(GpuProbe(REPO / "bpf", follow=True), "node-test", 0, Symbolizer())
     feed.attach()
     try:
@@ -426,36 +426,88 @@ sys.stdin.readline()
 """
 
 
+def run_held_app(
+    feed: GpuFeed, code: str, lib: Path, want: int
+) -> tuple[int, list[RawRecord], bytes]:
+    """Run `python -c code lib` under *feed*: followed once its interpreter is up, started by
+    a line on stdin, polled until *want* records came; then its first line of output is read
+    and a line lets it end. Returns its pid, its records and that line."""
+    with subprocess.Popen(
+        [sys.executable, "-c", code, str(lib)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as app:
+        assert app.stdin is not None and app.stdout is not None
+        deadline = time.monotonic() + 10
+        while inspect(app.pid) is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        feed.probe.follow_pid(app.pid)
+        app.stdin.write(b"go\n")
+        app.stdin.flush()
+        records: list[RawRecord] = []
+        deadline = time.monotonic() + 30
+        while len(records) < want and time.monotonic() < deadline:
+            records += [r for r in feed.poll(50) if r.pid == app.pid]
+        line = app.stdout.readline()
+        app.stdin.write(b"done\n")
+        app.stdin.flush()
+    return app.pid, records, line
+
+
 def test_calls_from_two_threads_carry_each_thread_and_its_python_caller(
     fake_cuda: FakeCuda,
 ) -> None:
     feed = GpuFeed(GpuProbe(REPO / "bpf", follow=True), "node-test", 0, Symbolizer())
     feed.attach()
     try:
-        with subprocess.Popen(
-            [sys.executable, "-c", THREADED_APP, str(fake_cuda.runtime)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        ) as app:
-            assert app.stdin is not None and app.stdout is not None
-            deadline = time.monotonic() + 10
-            while inspect(app.pid) is None:
-                assert time.monotonic() < deadline
-                time.sleep(0.005)
-            feed.probe.follow_pid(app.pid)
-            app.stdin.write(b"go\n")
-            app.stdin.flush()
-            records: list[RawRecord] = []
-            while len(records) < 2 and time.monotonic() < deadline + 10:
-                records += feed.poll(50)
-            worker_tid, main_tid = (int(t) for t in app.stdout.readline().split())
-            app.stdin.write(b"done\n")
-            app.stdin.flush()
+        pid, records, line = run_held_app(feed, THREADED_APP, fake_cuda.runtime, 2)
     finally:
         feed.close()
+    worker_tid, main_tid = (int(t) for t in line.split())
     worker, main = (r.datum for r in records)
-    assert (worker["tid"], worker["size"]) == (worker_tid, 5 * MIB) and worker_tid != app.pid
-    assert (main["tid"], main["size"]) == (main_tid, 2 * MIB) and main_tid == app.pid
+    assert (worker["tid"], worker["size"]) == (worker_tid, 5 * MIB) and worker_tid != pid
+    assert (main["tid"], main["size"]) == (main_tid, 2 * MIB) and main_tid == pid
     assert worker["frames"][0] == f"thread:{worker_tid}"
     assert python_function(worker["frames"])[-2:] == ["worker_alloc", "alloc"]
     assert python_function(main["frames"])[-3:] == ["<module>", "main_alloc", "alloc"]
+
+
+MANY_THREADS_APP = """
+import ctypes, sys, threading, time
+sys.stdin.readline()
+lib = ctypes.CDLL(sys.argv[1])
+stop = threading.Event()
+threads = [threading.Thread(target=stop.wait) for _ in range(100)]
+for t in threads:
+    t.start()
+
+def main_alloc():
+    p = ctypes.c_void_p()
+    assert lib.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(1 << 20)) == 0
+
+for _ in range(60):
+    main_alloc()
+    time.sleep(0.05)
+stop.set()
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_the_main_thread_past_the_walkers_reach_gets_its_python_frames(
+    fake_cuda: FakeCuda,
+) -> None:
+    """100 newer Python threads put the main thread's state past the 64 the BPF walker looks
+    at: once a call finds none, the feed reads the whole thread list (python_threads.py)
+    and the main thread's later calls carry their Python caller."""
+    feed = GpuFeed(GpuProbe(REPO / "bpf", follow=True), "node-test", 0, Symbolizer())
+    feed.attach()
+    try:
+        _, records, line = run_held_app(feed, MANY_THREADS_APP, fake_cuda.runtime, 60)
+        counters = feed.counters()
+    finally:
+        feed.close()
+    assert line == b"done\n"
+    assert len(records) == 60
+    framed = [r for r in records if "main_alloc" in python_function(r.datum["frames"])]
+    assert len(framed) >= 50, (len(framed), records[0].datum["frames"])
+    assert counters["py_no_thread"] >= 1 and counters["py_thread_walks"] >= 1, counters

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from zerotrace_collector.python_procs import LAYOUTS
-from zerotrace_collector.python_threads import kernel_tids, thread_states
+from zerotrace_collector.python_procs import LAYOUTS, PythonProcess
+from zerotrace_collector.python_threads import (
+    ThreadStateRefill,
+    kernel_tids,
+    read_thread_states,
+    thread_states,
+)
 
 OFFSETS = LAYOUTS[(3, 11)].walker
 RUNTIME, INTERP = 0x1000, 0x2000
@@ -45,3 +50,35 @@ def test_thread_ids_inside_a_pid_namespace_map_to_kernel_ids() -> None:
     lines = [(4242, "NSpid:\t4242\t7\n"), (4243, "NSpid:\t4243\t8\n"), (99, "NSpid:\t99\n")]
     assert kernel_tids(lines) == {7: 4242, 8: 4243, 99: 99}
     assert kernel_tids([(5, "")]) == {}
+
+
+def test_refill_reads_at_most_once_per_interval_per_process() -> None:
+    now = [100.0]
+    told: list[dict[int, int]] = []
+    reads: list[int] = []
+
+    def read(proc: PythonProcess, root: str) -> dict[int, int]:
+        reads.append(proc.pid)
+        return {proc.pid: 0x10000} if proc.pid != 3 else {}
+
+    refill = ThreadStateRefill(told.append, every_s=2.0, clock=lambda: now[0], read=read)
+    one, two, empty = process(1), process(2), process(3)
+    assert refill.no_thread(one) and refill.no_thread(two)
+    assert not refill.no_thread(one) and not refill.no_thread(two)  # within 2 s
+    assert not refill.no_thread(None)  # not a known Python process
+    refill.forget(two.pid)
+    assert refill.no_thread(two)  # forgotten (exited, or reused pid): read again at once
+    now[0] += 2.0
+    assert refill.no_thread(one)
+    assert refill.no_thread(empty)  # read, but nothing to tell
+    assert reads == [1, 2, 2, 1, 3]
+    assert told == [{1: 0x10000}, {2: 0x10000}, {2: 0x10000}, {1: 0x10000}]
+
+
+def test_a_310_process_is_not_read() -> None:
+    # CPython 3.10 keeps pthread_self() values, which /proc cannot map to kernel tids.
+    assert read_thread_states(process(1, (3, 10))) == {}
+
+
+def process(pid: int, version: tuple[int, int] = (3, 11)) -> PythonProcess:
+    return PythonProcess(pid, 1, version, "/usr/bin/python3", RUNTIME, LAYOUTS[version])

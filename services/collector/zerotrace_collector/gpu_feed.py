@@ -28,6 +28,7 @@ from zerotrace_collector.probes.gpu_decode import GpuCallSample
 from zerotrace_collector.probes.profile_decode import PyStatus
 from zerotrace_collector.python_procs import process_start_time
 from zerotrace_collector.python_symbols import PythonSymbols
+from zerotrace_collector.python_threads import ThreadStateRefill
 from zerotrace_collector.stack_merge import call_sites, merge_stack
 
 __all__ = ["GpuFeed", "UserSymbolizer", "calling_frames", "gpu_api_record"]
@@ -131,6 +132,7 @@ class GpuFeed:
         clock: Callable[[], float] = time.monotonic,
         sweep_s: float = 5.0,
         max_stacks: int = 16_384,
+        thread_walk_s: float = 2.0,
     ) -> None:
         self.probe = probe
         self.follows = probe.follow
@@ -146,14 +148,24 @@ class GpuFeed:
         self._stacks: dict[tuple[Any, ...], list[str]] = {}
         self._max_stacks = max_stacks
         self._not_python: set[int] = set()
+        self._thread_states = ThreadStateRefill(
+            probe.add_thread_states, every_s=thread_walk_s, clock=clock
+        )
         self.counts: Counter[str] = Counter()
 
     def attach(self) -> None:
         self.probe.attach()
 
-    def _python_frames(self, call: GpuCallSample) -> list[str]:
+    def _count_python(self, call: GpuCallSample) -> None:
         if call.py_status == PyStatus.READ_FAIL:
             self.counts["py_read_fail"] += 1
+        elif call.py_status == PyStatus.NO_THREAD:
+            self.counts["py_no_thread"] += 1
+            # Past the walker's reach (64 threads): the thread's next calls find its state.
+            if self._thread_states.no_thread(self.probe.python.get(call.pid)):
+                self.counts["py_thread_walks"] += 1
+
+    def _python_frames(self, call: GpuCallSample) -> list[str]:
         proc = self.probe.python.get(call.pid)
         if proc is None:
             return []
@@ -161,6 +173,7 @@ class GpuFeed:
 
     def frames_of(self, call: GpuCallSample) -> list[str]:
         """The call's frames, root first, ending in ``cuda:<api>``."""
+        self._count_python(call)
         user = tuple(self.probe.user_stack(call))
         key = (call.pid, call.tid, call.api.id, call.py_frames, user)
         cached = self._stacks.get(key)
@@ -220,6 +233,7 @@ class GpuFeed:
             self._stacks.clear()
             self._containers.forget(pid)
             self.probe.forget_python(pid)
+            self._thread_states.forget(pid)
             self._py.forget(pid)
             self._symbolizer.forget(pid)
 

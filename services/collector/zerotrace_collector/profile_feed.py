@@ -24,7 +24,7 @@ from zerotrace_collector.probes.profile import ProfileProbe
 from zerotrace_collector.probes.profile_decode import ProfileSample, PyStatus
 from zerotrace_collector.python_procs import PythonProcess, inspect, process_start_time
 from zerotrace_collector.python_symbols import PythonSymbols
-from zerotrace_collector.python_threads import read_thread_states
+from zerotrace_collector.python_threads import ThreadStateRefill
 from zerotrace_collector.stack_merge import call_sites, merge_stack
 
 __all__ = ["FrameSymbolizer", "ProfileFeed"]
@@ -89,8 +89,9 @@ class ProfileFeed:
         # symbolizers and the merge. Cleared whenever a process is forgotten.
         self._stacks: dict[tuple[Any, ...], list[str]] = {}
         self._max_stacks = max_stacks
-        self._thread_walk_s = thread_walk_s
-        self._thread_walks: dict[int, float] = {}  # pid -> when its thread list was read
+        self._thread_states = ThreadStateRefill(
+            probe.add_thread_states, every_s=thread_walk_s, clock=clock, proc=proc
+        )
         self.counts: Counter[str] = Counter()
 
     def attach(self) -> None:
@@ -145,7 +146,7 @@ class ProfileFeed:
         self._stacks.clear()
         self._procs.pop(pid, None)
         self._seen.pop(pid, None)
-        self._thread_walks.pop(pid, None)
+        self._thread_states.forget(pid)
         self._containers.forget(pid)
         self._py.forget(pid)
         self._symbolizer.forget(pid)
@@ -168,26 +169,14 @@ class ProfileFeed:
                 self.counts["process_exec"] += 1  # no longer that interpreter
                 self._forget(pid)
 
-    def _find_thread_states(self, pid: int) -> None:
-        """A sample of a Python process found no thread state within the walker's reach:
-        tell the walker where every thread's state is (at most every thread_walk_s per
-        process; a thread that never runs Python asks again and finds none)."""
-        proc = self._procs.get(pid)
-        now = self._clock()
-        if proc is None or now - self._thread_walks.get(pid, -1e18) < self._thread_walk_s:
-            return
-        self._thread_walks[pid] = now
-        states = read_thread_states(proc, self._proc)
-        self.counts["py_thread_walks"] += 1
-        if states:
-            self.probe.add_thread_states(states)
-
     # -- samples -------------------------------------------------------------
 
     def _count_python(self, sample: ProfileSample) -> None:
         if sample.py_status == PyStatus.NO_THREAD:
             self.counts["py_no_thread"] += 1
-            self._find_thread_states(sample.pid)
+            # Past the walker's reach (64 threads): tell it where every thread's state is.
+            if self._thread_states.no_thread(self._procs.get(sample.pid)):
+                self.counts["py_thread_walks"] += 1
         elif sample.py_status == PyStatus.READ_FAIL:
             self.counts["py_read_fail"] += 1
         if sample.py_truncated:

@@ -8,13 +8,15 @@ reached. The walker also keeps a map tid -> PyThreadState* that it checks before
 verifies against native_thread_id on every use): user space fills it here, with a walk of the
 whole list, when samples of a known Python process say "no thread state".
 
-Pure core (`thread_states`, `kernel_tids`) over a memory reader; the shell reads /proc.
+Pure core (`thread_states`, `kernel_tids`) over a memory reader; the shell reads /proc;
+`ThreadStateRefill` paces the reads for a feed (the CPU profiler's and the CUDA calls').
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import time
 from collections.abc import Callable, Iterable
 from typing import Final
 
@@ -96,3 +98,40 @@ def _nspid_lines(pid: int, root: str) -> Iterable[tuple[int, str]]:
         except OSError:
             continue
         yield int(name), line
+
+
+class ThreadStateRefill:
+    """When the walker finds no thread state for a thread of a known Python process, the
+    whole list is read and handed to *tell* (a probe's ``add_thread_states``), at most once
+    per *every_s* seconds of *clock* per process: a thread that never runs Python asks again
+    on every sample and finds none."""
+
+    def __init__(
+        self,
+        tell: Callable[[dict[int, int]], None],
+        *,
+        every_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        proc: str = "/proc",
+        read: Callable[[PythonProcess, str], dict[int, int]] = read_thread_states,
+    ) -> None:
+        self._tell = tell
+        self._every_s = every_s
+        self._clock = clock
+        self._proc = proc
+        self._read = read
+        self._walked: dict[int, float] = {}  # pid -> when its thread list was read
+
+    def no_thread(self, proc: PythonProcess | None) -> bool:
+        """A sample of *proc* found no thread state; True when its list was read now."""
+        now = self._clock()
+        if proc is None or now - self._walked.get(proc.pid, -1e18) < self._every_s:
+            return False
+        self._walked[proc.pid] = now
+        states = self._read(proc, self._proc)
+        if states:
+            self._tell(states)
+        return True
+
+    def forget(self, pid: int) -> None:
+        self._walked.pop(pid, None)

@@ -98,6 +98,14 @@ class AttachedProbe:
         self.close()
 
 
+def tell_thread_states(table: Any, states: dict[int, int]) -> None:
+    """{kernel-wide tid: PyThreadState address} into a program's zt_py_tstates map: where
+    the walker finds threads past the ones it walks itself (python_threads.py). Each entry
+    is checked against the thread's id on use."""
+    for tid, tstate in states.items():
+        table[table.Key(tid)] = table.Leaf(tstate)
+
+
 def tell_python_walker(table: Any, proc: Any) -> None:
     """Put a CPython process's walker facts (bpf/python_stack.h) into a program's zt_py_procs
     map: its _PyRuntime address, pid namespace and version offsets, packed as the map's leaf."""

@@ -48,6 +48,7 @@ from .bcc_loader import (
     first_line,
     read_program,
     tell_python_walker,
+    tell_thread_states,
 )
 from .gpu_decode import (
     DEFAULT_PY_DEPTH,
@@ -267,6 +268,11 @@ class GpuProbe(AttachedProbe):
             self.python[pid] = found
             self._counts["python_processes"] += 1
         return self.python[pid]
+
+    def add_thread_states(self, states: dict[int, int]) -> None:
+        """See :func:`~.bcc_loader.tell_thread_states`."""
+        assert self._bpf is not None, "attach() first"
+        tell_thread_states(self._bpf[b"zt_py_tstates"], states)
 
     def forget_python(self, pid: int) -> None:
         """Drop *pid* from the walker (it exited, or is no longer that interpreter)."""

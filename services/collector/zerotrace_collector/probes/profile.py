@@ -24,6 +24,7 @@ from .bcc_loader import (
     compile_program,
     read_program,
     tell_python_walker,
+    tell_thread_states,
 )
 from .profile_decode import MalformedEvent, ProfileLayout, ProfileSample
 from .python_stack import PYTHON_STACK_FILE, python_stack_cflags
@@ -180,11 +181,8 @@ class ProfileProbe(AttachedProbe):
         tell_python_walker(self._table("zt_py_procs"), proc)
 
     def add_thread_states(self, states: dict[int, int]) -> None:
-        """{kernel-wide tid: PyThreadState address}: where the walker finds threads past the
-        ones it walks itself (python_threads.py). Each is checked on use."""
-        table = self._table("zt_py_tstates")
-        for tid, tstate in states.items():
-            table[table.Key(tid)] = table.Leaf(tstate)
+        """See :func:`~.bcc_loader.tell_thread_states`."""
+        tell_thread_states(self._table("zt_py_tstates"), states)
 
     def forget_python(self, pid: int) -> None:
         table = self._table("zt_py_procs")
