@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 
 class ProbeUnavailable(RuntimeError):
@@ -77,7 +77,32 @@ def annotated(cflags: Iterable[str], text: str) -> str:
 
 
 class AttachedProbe:
-    """A probe is a context manager: attach on entry, close (idempotent) on exit."""
+    """A probe compiled from files of bpf/ and attached with bcc; a context manager: attach
+    on entry, close (idempotent) on exit. A subclass names its main file (*program_file*),
+    sets ``bpf_dir`` and ``_bpf`` (None until attached) and gives its cflags."""
+
+    program_file: ClassVar[str]
+    bpf_dir: Path
+    _bpf: Any
+
+    @property
+    def source_path(self) -> Path:
+        return self.bpf_dir / self.program_file
+
+    @property
+    def attached(self) -> bool:
+        return self._bpf is not None
+
+    def cflags(self) -> list[str]:
+        raise NotImplementedError
+
+    def _source(self) -> str:
+        """The text handed to bcc; probes that join shared parts say which."""
+        return read_program(self.bpf_dir, self.program_file)
+
+    def program_text(self) -> str:
+        """The exact C text handed to bcc, preceded by a comment with its cflags."""
+        return annotated(self.cflags(), self._source())
 
     def attach(self) -> None:
         raise NotImplementedError

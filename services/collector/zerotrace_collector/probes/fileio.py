@@ -16,10 +16,8 @@ from typing import Any, Final
 from .bcc_loader import (
     AttachedProbe,
     ProbeUnavailable,
-    annotated,
     bcc_for,
     compile_program,
-    read_program,
 )
 from .fileio_decode import FileOpenSample, MalformedEvent, decode_file_open
 
@@ -56,6 +54,8 @@ class FileOpenProbe(AttachedProbe):
             probe.close()
     """
 
+    program_file = PROGRAM_FILE
+
     def __init__(
         self,
         bpf_dir: Path,
@@ -83,10 +83,6 @@ class FileOpenProbe(AttachedProbe):
 
     # -- program -------------------------------------------------------------
 
-    @property
-    def source_path(self) -> Path:
-        return self.bpf_dir / PROGRAM_FILE
-
     def cflags(self) -> list[str]:
         return [
             f"-I{self.bpf_dir}",
@@ -96,18 +92,7 @@ class FileOpenProbe(AttachedProbe):
             f"-DZT_USE_PERFBUF={int(self.use_perfbuf)}",
         ]
 
-    def _source(self) -> str:
-        return read_program(self.source_path.parent, self.source_path.name)
-
-    def program_text(self) -> str:
-        """The exact C text handed to bcc, preceded by a comment with its cflags."""
-        return annotated(self.cflags(), self._source())
-
     # -- lifecycle -----------------------------------------------------------
-
-    @property
-    def attached(self) -> bool:
-        return self._bpf is not None
 
     def attach(self) -> None:
         """Compile ``fileio.c`` and attach it; raise :class:`ProbeUnavailable` on any failure."""

@@ -42,7 +42,6 @@ from ..python_procs import PythonProcess, inspect
 from .bcc_loader import (
     AttachedProbe,
     ProbeUnavailable,
-    annotated,
     bcc_for,
     compile_program,
     first_line,
@@ -88,6 +87,8 @@ class GpuProbe(AttachedProbe):
     then missed until the library is attached from a later poll.
     """
 
+    program_file = PROGRAM_FILE
+
     def __init__(
         self,
         bpf_dir: Path,
@@ -131,10 +132,6 @@ class GpuProbe(AttachedProbe):
 
     # -- program -------------------------------------------------------------
 
-    @property
-    def source_path(self) -> Path:
-        return self.bpf_dir / PROGRAM_FILE
-
     def cflags(self) -> list[str]:
         return [
             f"-I{self.bpf_dir}",
@@ -150,11 +147,7 @@ class GpuProbe(AttachedProbe):
 
     def _source(self) -> str:
         # One text: bcc rewrites map calls only in the main text (see python_stack.h).
-        return read_program(self.bpf_dir, PYTHON_STACK_FILE, PROGRAM_FILE)
-
-    def program_text(self) -> str:
-        """The exact C text handed to bcc, preceded by a comment with its cflags."""
-        return annotated(self.cflags(), self._source())
+        return read_program(self.bpf_dir, PYTHON_STACK_FILE, self.program_file)
 
     # -- lifecycle -----------------------------------------------------------
 

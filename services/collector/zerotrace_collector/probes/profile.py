@@ -19,7 +19,6 @@ from ..python_procs import PythonProcess
 from .bcc_loader import (
     AttachedProbe,
     ProbeUnavailable,
-    annotated,
     bcc_for,
     compile_program,
     read_program,
@@ -58,6 +57,8 @@ class ProfileProbe(AttachedProbe):
             probe.add_python(python_procs.inspect(1234))
             samples = probe.poll(100)
     """
+
+    program_file = PROGRAM_FILE
 
     def __init__(
         self,
@@ -99,10 +100,6 @@ class ProfileProbe(AttachedProbe):
 
     # -- program -------------------------------------------------------------
 
-    @property
-    def source_path(self) -> Path:
-        return self.bpf_dir / PROGRAM_FILE
-
     def cflags(self) -> list[str]:
         return [
             f"-I{self.bpf_dir}",
@@ -118,17 +115,9 @@ class ProfileProbe(AttachedProbe):
         ]
 
     def _source(self) -> str:
-        return read_program(self.bpf_dir, PYTHON_STACK_FILE, PROGRAM_FILE)
-
-    def program_text(self) -> str:
-        """The exact C text handed to bcc, preceded by a comment with its cflags."""
-        return annotated(self.cflags(), self._source())
+        return read_program(self.bpf_dir, PYTHON_STACK_FILE, self.program_file)
 
     # -- lifecycle -----------------------------------------------------------
-
-    @property
-    def attached(self) -> bool:
-        return self._bpf is not None
 
     def attach(self) -> None:
         """Compile and attach; raise :class:`ProbeUnavailable` with one line on any failure."""

@@ -139,6 +139,8 @@ class SocketProbe(AttachedProbe):
     pid (*self_pid*) is never traced.
     """
 
+    program_file = PROGRAM_FILE
+
     def __init__(
         self,
         bpf_dir: Path,
@@ -208,10 +210,6 @@ class SocketProbe(AttachedProbe):
 
     # -- program -------------------------------------------------------------
 
-    @property
-    def source_path(self) -> Path:
-        return self.bpf_dir / PROGRAM_FILE
-
     def _tls_enabled(self) -> bool:
         return self.want_tls and self.libssl is not None
 
@@ -239,7 +237,7 @@ class SocketProbe(AttachedProbe):
     def _source(self) -> str:
         # tls.c is compiled in the same unit as socket.c (shared maps; see socket.c).
         tls = (TLS_PROGRAM_FILE,) if self._tls_enabled() else ()
-        return read_program(self.bpf_dir, PROGRAM_FILE, *tls)
+        return read_program(self.bpf_dir, self.program_file, *tls)
 
     def program_text(self) -> str:
         """The exact C text handed to bcc, preceded by a comment with its cflags."""
@@ -248,10 +246,6 @@ class SocketProbe(AttachedProbe):
         return annotated(self.cflags(), self._source())
 
     # -- lifecycle -----------------------------------------------------------
-
-    @property
-    def attached(self) -> bool:
-        return self._bpf is not None
 
     def attach(self) -> None:
         """Compile and attach; raise :class:`ProbeUnavailable` if syscall capture cannot run.
