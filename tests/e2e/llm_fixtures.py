@@ -32,6 +32,7 @@ class Server:
     port: int
     cafile: str | None
     proc: subprocess.Popen[bytes]
+    truth: Path  # the server's own stamps, a line per request (openai_server.py --truth)
 
 
 def self_signed(folder: Path) -> tuple[Path, Path]:
@@ -63,7 +64,9 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
 
 def start_server(tmp_path: Path, tls: bool) -> Iterator[Server]:
     port = free_port()
+    truth = tmp_path / "server-truth.jsonl"
     args = [sys.executable, "-m", "tests.harness.openai_server", "--port", str(port)]
+    args += ["--truth", str(truth)]
     cafile = None
     if tls:
         cert, key = self_signed(tmp_path)
@@ -80,7 +83,7 @@ def start_server(tmp_path: Path, tls: bool) -> Iterator[Server]:
         proc.kill()
         pytest.fail("the OpenAI-compatible test server did not start")
     scheme = "https" if tls else "http"
-    yield Server(f"{scheme}://127.0.0.1:{port}", port, cafile, proc)
+    yield Server(f"{scheme}://127.0.0.1:{port}", port, cafile, proc, truth)
     proc.terminate()
     proc.wait(timeout=10)
 
@@ -109,3 +112,9 @@ def read_truth(path: Path) -> list[dict[str, Any]]:
     failed = [t for t in truths if t["error"]]
     assert not failed, f"the clients themselves failed: {failed[0]['error']}"
     return truths
+
+
+def read_server_truth(path: Path) -> dict[str, dict[str, Any]]:
+    """The server's stamps by model (each request names its own model)."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    return {row["model"]: row for row in map(json.loads, lines)}

@@ -12,7 +12,14 @@ client wait for milliseconds, and a page fault or a hypervisor can stall it as l
 request then left at some moment of the send window, and a token reached the socket up to
 that time before the client saw it. A figure that matches
 any moment of these windows (within the tolerance) is counted as right; `uncertain` lists such
-requests, so a report can say how many there were."""
+requests, so a report can say how many there were.
+
+At the NETWORK observation point (a capture between the two ends) a token may also wait
+between the wire and the client's socket (on loopback: in the kernel's receive softirq, which
+a loaded machine defers for milliseconds, where no client-side measure sees it). There the
+server's own stamps (tests/harness/openai_server.py --truth) bound the figure from below: the
+wire carries a token no earlier than the server's send began, and the request no later than
+the server's app got it. `compare(..., server=...)` widens the lower ends to those bounds."""
 
 from __future__ import annotations
 
@@ -42,8 +49,10 @@ def compare(
     truths: Iterable[Mapping[str, Any]],
     records: Iterable[Mapping[str, Any]],
     observation_point: str = "CLIENT",
+    server: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[str]:
-    """Every disagreement, one line each; empty means every request matched."""
+    """Every disagreement, one line each; empty means every request matched. *server*: the
+    server's stamps by model, for a point between the two ends (see the module's doc)."""
     by_model: dict[str, list[Mapping[str, Any]]] = {}
     for record in records:
         if record.get("observation_point") == observation_point:
@@ -65,6 +74,9 @@ def compare(
             problems.append(f"{name}: tokens {r.get('output_tokens')} != {t['output_tokens']}")
         ttft = truth_ttft(t)
         low, high = ttft_window(t)
+        stamps = (server or {}).get(name)
+        if stamps is not None:
+            low = min(low, int(stamps["first_ns"]) - int(stamps["request_ns"]))
         measured = r.get("ttft_ns")
         if measured is None or not (
             within(int(measured), ttft) or low - TOLERANCE_NS <= int(measured) <= high
@@ -74,6 +86,8 @@ def compare(
         if tpot is not None:
             got = r.get("tpot_ns")
             low_f, high_f = tpot_window(t)
+            if stamps is not None:
+                low_f, high_f = wire_tpot_window(t, stamps, low_f, high_f)
             if got is None or not (
                 within(int(got), tpot) or low_f - TOLERANCE_NS <= int(got) <= high_f + TOLERANCE_NS
             ):
@@ -98,6 +112,20 @@ def tpot_window(t: Mapping[str, Any]) -> tuple[float, float]:
     waits = _waits(t)
     first, last = int(t["token_ns"][0]), int(t["token_ns"][-1])
     return ((last - waits[-1] - first) / tokens, (last - (first - waits[0])) / tokens)
+
+
+def wire_tpot_window(
+    t: Mapping[str, Any], stamps: Mapping[str, Any], low: float, high: float
+) -> tuple[float, float]:
+    """The TPOT window widened to what a point between the ends can see: its first token
+    lies between the server's first send and the client's first read, its last between the
+    server's last send and the client's last read."""
+    tokens = int(t["output_tokens"]) - 1
+    first, last = int(t["token_ns"][0]), int(t["token_ns"][-1])
+    return (
+        min(low, (int(stamps["last_ns"]) - first) / tokens),
+        max(high, (last - int(stamps["first_ns"])) / tokens),
+    )
 
 
 def uncertain(truths: Iterable[Mapping[str, Any]]) -> list[str]:

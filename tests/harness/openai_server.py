@@ -6,7 +6,12 @@ generated; the extra body field `zt_pace` = {"first_ms": prefill delay, "token_m
 between tokens}. Streams look like vLLM's: a role-only first chunk for chat, one chunk per
 token, a finish chunk, the usage chunk when `stream_options.include_usage`, then [DONE].
 
-Run: python -m tests.harness.openai_server --port 8000 [--certfile C --keyfile K]
+With `--truth FILE` the server appends one JSON line per request with its own stamps
+(CLOCK_MONOTONIC ns): when the app got the request, and just before it sent the first and
+the last content. A capture between client and server sees a token no earlier than the server
+sent it and a request no later than the app got it, so these bound what the wire can show.
+
+Run: python -m tests.harness.openai_server --port 8000 [--certfile C --keyfile K] [--truth F]
 """
 
 from __future__ import annotations
@@ -16,11 +21,27 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+TRUTH: list[Path] = []  # where to append the server's stamps (set by main)
+
+
+def record_truth(model: str, request_ns: int, first_ns: int, last_ns: int, tokens: int) -> None:
+    if TRUTH:
+        line = {
+            "model": model,
+            "request_ns": request_ns,
+            "first_ns": first_ns,
+            "last_ns": last_ns,
+            "tokens": tokens,
+        }
+        with TRUTH[0].open("a") as out:
+            out.write(json.dumps(line) + "\n")
 
 
 def token_text(i: int) -> str:
@@ -45,6 +66,7 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+    request_ns = time.monotonic_ns()  # headers parsed: the request was on the wire before
     path = scope["path"]
     body = await read_body(receive)
     if scope["method"] != "POST":
@@ -64,7 +86,7 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
     else:
         await respond_json(send, 404, {"error": {"message": f"no route {path}"}})
         return
-    await generate(endpoint, request, send)
+    await generate(endpoint, request, send, request_ns)
 
 
 async def respond_json(send: Send, status: int, body: Any) -> None:
@@ -96,7 +118,7 @@ def usage(prompt: int, completion: int, endpoint: str) -> dict[str, Any]:
     }
 
 
-async def generate(endpoint: str, request: dict[str, Any], send: Send) -> None:
+async def generate(endpoint: str, request: dict[str, Any], send: Send, request_ns: int = 0) -> None:
     n = int(request.get("max_tokens") or request.get("max_output_tokens") or 16)
     pace = request.get("zt_pace") or {}
     first_s = float(pace.get("first_ms", 20)) / 1000
@@ -142,7 +164,9 @@ async def generate(endpoint: str, request: dict[str, Any], send: Send) -> None:
                 ],
             }
         body["usage"] = usage(prompt_tokens, n, endpoint)
+        sent_ns = time.monotonic_ns()
         await respond_json(send, 200, body)
+        record_truth(model, request_ns, sent_ns, sent_ns, n)
         return
     include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
     await send(
@@ -190,9 +214,12 @@ async def generate(endpoint: str, request: dict[str, Any], send: Send) -> None:
             "response.created",
         )
     await asyncio.sleep(first_s)
+    first_ns = last_ns = 0
     for i in range(n):
         if i:
             await asyncio.sleep(token_s)
+        last_ns = time.monotonic_ns()
+        first_ns = first_ns or last_ns
         if endpoint == "chat":
             await event(chunk({"content": token_text(i)}))
         elif endpoint == "completions":
@@ -224,6 +251,7 @@ async def generate(endpoint: str, request: dict[str, Any], send: Send) -> None:
             await event(final)
         await event("[DONE]")
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+    record_truth(model, request_ns, first_ns, last_ns, n)
 
 
 def main() -> None:
@@ -233,7 +261,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--certfile")
     parser.add_argument("--keyfile")
+    parser.add_argument("--truth", type=Path, help="append the server's stamps here")
     args = parser.parse_args()
+    if args.truth:
+        TRUTH.append(args.truth)
     uvicorn.run(
         app,
         host="127.0.0.1",
