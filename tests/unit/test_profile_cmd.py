@@ -20,6 +20,7 @@ from tests.unit.profile_data import (
     realistic_windows,
 )
 from zerotrace.cli import main
+from zerotrace.cli.common import profile_line
 from zerotrace.cli.profile_cmd import format_value, leaf_stacks, render_profile, span_ns
 from zerotrace.codec import AvroCodec
 from zerotrace.store_duckdb import DuckDBStore
@@ -127,3 +128,32 @@ def test_pure_helpers() -> None:
     }
     text = render_profile(body, top=1)
     assert "Top 1 stacks" in text and " 66.7%" in text
+
+
+def test_the_live_line_of_a_window_says_how_much_and_where() -> None:
+    """`zerotrace run` prints a line per profile window: an off-CPU stack always ends in the
+    scheduler, so the line names the innermost Python frame before the leaf."""
+    off = {
+        "window_start_ns": T0,
+        "profile_type": "OFF_CPU",
+        "service": "app",
+        "pid": 42,
+        "samples": 39,
+        "stacks": [
+            {
+                "stack": "thread:42;py:serve (a.py:1);py:wait (a.py:9);kernel:__schedule",
+                "weight": 726_000_000,
+            },
+            {"stack": "thread:42;kernel:futex_wait", "weight": 5_000_000},
+        ],
+    }
+    line = profile_line(off)
+    assert line.endswith(
+        "profile OFF_CPU app[42]: 731.00 ms over 39 events, 2 stacks, "
+        "heaviest: py:wait (a.py:9) ... kernel:__schedule"
+    ), line
+    on = {**off, "profile_type": "ON_CPU", "samples": 300}
+    on["stacks"] = [{"stack": "thread:42;py:hot (a.py:3)", "weight": 300}]
+    assert profile_line(on).endswith(": 300 samples, 1 stacks, heaviest: py:hot (a.py:3)")
+    empty = {**off, "stacks": []}
+    assert profile_line(empty).endswith(": 0 ns over 39 events, 0 stacks, heaviest: -")

@@ -49,14 +49,27 @@ def span_line(doc: dict[str, Any]) -> str:
 
 
 def profile_line(doc: dict[str, Any]) -> str:
-    """One human line for a profile window: when, whose, what, and its heaviest stack's leaf."""
+    """One human line for a profile window: when, whose, how much in its unit, and where its
+    heaviest stack ends: the innermost Python frame when it has one (an off-CPU stack always
+    ends in the scheduler), then the leaf."""
+    from zerotrace.cli.profile_cmd import format_value
+    from zerotrace_query.flame_graph import PROFILE_TYPES
+
     when = datetime.fromtimestamp(doc["window_start_ns"] / 1e9, UTC).strftime("%H:%M:%S")
+    kind = doc["profile_type"]
     stacks = doc.get("stacks") or []
+    total = sum(int(s["weight"]) for s in stacks)
     top = max(stacks, key=lambda s: s["weight"], default=None)
-    leaf = top["stack"].rsplit(";", 1)[-1] if top else "-"
+    frames = top["stack"].split(";") if top else ["-"]
+    python = next((f for f in reversed(frames) if f.startswith("py:")), None)
+    where = f"{python} ... {frames[-1]}" if python and python != frames[-1] else frames[-1]
+    unit = PROFILE_TYPES.get(kind, ("", "count"))[1]
+    amount = format_value(total, unit, kind)
+    if unit != "count":  # time or bytes: say over how many events
+        amount += f" over {doc['samples']} events"
     return (
-        f"{when} profile {doc['profile_type']} {doc['service']}[{doc['pid']}]: "
-        f"{doc['samples']} samples, {len(stacks)} stacks, heaviest ends in {leaf}"
+        f"{when} profile {kind} {doc['service']}[{doc['pid']}]: {amount}, "
+        f"{len(stacks)} stacks, heaviest: {where}"
     )
 
 
