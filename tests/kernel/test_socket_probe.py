@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.ebpf_required import require_ebpf
+from zerotrace_collector.cgroup import cgroup2_root
 from zerotrace_collector.probes.socket import SocketProbe
 from zerotrace_collector.probes.socket_decode import (
     F_TCP_SEQ,
@@ -308,6 +309,75 @@ def test_port_filter_drops_other_connections() -> None:
         _reap(server, client)
     assert not [s for s in samples if s.pid in (server.pid, client.pid if client else 0)]
     assert filtered.filtered > 0
+
+
+def _exchange_under(
+    probe: SocketProbe, client_prelude: str, env: dict[str, str] | None = None
+) -> tuple[list[SocketDataSample], int, int]:
+    """SERVER and a CLIENT whose code starts with *client_prelude* make their ROUNDS
+    exchanges under *probe*; returns what it saw of them and their pids (server, client)."""
+    server = _popen(SERVER)
+    client = None
+    try:
+        probe.attach()
+        port = int(_line(server))
+        client = subprocess.Popen(
+            [sys.executable, "-c", client_prelude + CLIENT, str(port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        pids = (server.pid, client.pid)
+        _line(client)
+        _line(server)
+
+        def client_done(samples: list[SocketSample]) -> bool:
+            data = [s for s in samples if isinstance(s, SocketDataSample) and s.pid in pids]
+            return len(data) >= 2 * ROUNDS
+
+        # Long enough for the server's events too, had the filter let them through.
+        samples = _poll_until(probe, client_done)
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            samples.extend(probe.poll(50))
+    finally:
+        probe.close()
+        _reap(server, client)
+    data = [s for s in samples if isinstance(s, SocketDataSample) and s.pid in pids]
+    return data, pids[0], pids[1]
+
+
+def _client_only(data: list[SocketDataSample], server_pid: int, client_pid: int) -> None:
+    assert not [s for s in data if s.pid == server_pid]
+    out = [s for s in data if s.pid == client_pid and s.direction is Direction.EGRESS]
+    assert sum(s.nbytes for s in out) == sum(len(request(i)) for i in range(ROUNDS))
+
+
+def test_process_name_filter_keeps_only_that_process() -> None:
+    # The client renames itself before it opens a socket; the server keeps its name.
+    rename = 'open("/proc/self/comm", "w").write("ztpick-client")\n'
+    probe = SocketProbe(BPF_DIR, comm_prefix="ztpick", tls=False, seed_from_proc=False)
+    _client_only(*_exchange_under(probe, rename))
+
+
+def test_cgroup_filter_keeps_only_that_cgroup(tmp_path: Path) -> None:
+    root = cgroup2_root(Path("/proc/mounts").read_text())
+    if root is None:
+        pytest.fail("no cgroup v2 hierarchy mounted: the cgroup filter cannot be checked")
+    group = Path(root) / f"zt-test-{os.getpid()}"
+    group.mkdir()
+    try:
+        # The client moves itself into the new cgroup before it opens a socket.
+        move = (
+            "import os\n"
+            'open(os.environ["ZT_CGROUP"] + "/cgroup.procs", "w").write(str(os.getpid()))\n'
+        )
+        probe = SocketProbe(BPF_DIR, cgroup_id=group.stat().st_ino, tls=False, seed_from_proc=False)
+        env = {**os.environ, "ZT_CGROUP": str(group)}
+        _client_only(*_exchange_under(probe, move, env))
+    finally:
+        group.rmdir()
 
 
 UVICORN_APP = textwrap.dedent(

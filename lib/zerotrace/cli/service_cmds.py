@@ -17,6 +17,7 @@ from zerotrace.cli.profiling_args import (
     profiling_notes,
 )
 from zerotrace.cli.profiling_args import follow as follow_profiled
+from zerotrace.cli.socket_filters import add_socket_filter_arguments, socket_filters
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
 from zerotrace.errors import ConfigError, FeatureUnavailable
@@ -31,9 +32,9 @@ def register(sub: Any) -> None:
         "collector",
         help="attach probes on this node and publish to Kafka",
         description="File opens, and TCP traffic (syscalls and TLS plaintext) of the processes "
-        "named by --pid (and their children) or of the ports named by --port. Socket capture "
-        "needs one of them here: unfiltered, it would capture Kafka's own traffic, which "
-        "carries what it captures.",
+        "named by --pid (and their children), --process or --cgroup, or of the ports named by "
+        "--port. Socket capture needs one of them here: unfiltered, it would capture Kafka's "
+        "own traffic, which carries what it captures.",
     )
     p.add_argument(
         "--pid", type=int, default=0, help="observe only this process and the processes it starts"
@@ -45,6 +46,7 @@ def register(sub: Any) -> None:
         default=[],
         help="TCP traffic on this port (repeatable)",
     )
+    add_socket_filter_arguments(p)
     p.add_argument("--no-files", action="store_true", help="do not trace file opens")
     p.add_argument("--no-sockets", action="store_true", help="do not capture TCP traffic")
     p.add_argument("--no-tls", action="store_true", help="do not attach the TLS uprobes")
@@ -129,17 +131,22 @@ def collector(args: argparse.Namespace) -> int:
     offset = monotonic_to_epoch_offset_ns()
     feeds: list[Any] = []
     socket_probe = None
-    if (args.pid or args.port) and not args.no_sockets:
+    filtered = args.pid or args.port or args.process or args.cgroup
+    if filtered and not args.no_sockets:
         socket_probe = SocketProbe(
             BPF_DIR,
             follow=bool(args.pid),
             ports=args.port,
             tls=not args.no_tls,
             libssl=None if args.no_tls else find_libssl(),
+            **socket_filters(args),
         )
         feeds.append(SocketFeed(socket_probe, common.node_id, offset))
     elif not args.no_sockets:
-        say("socket capture off: give --pid or --port (unfiltered it would see Kafka's traffic)")
+        say(
+            "socket capture off: give --pid, --port, --process or --cgroup "
+            "(unfiltered it would see Kafka's traffic)"
+        )
     if not args.no_files:
         feeds.append(
             FileOpenFeed(FileOpenProbe(BPF_DIR, pid_filter=args.pid), common.node_id, offset)

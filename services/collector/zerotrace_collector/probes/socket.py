@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
+from ..cgroup import cgroup2_id_of
 from ..proc_net import UNKNOWN, Endpoints, ProcNet
 from .bcc_loader import (
     AttachedProbe,
@@ -101,7 +102,8 @@ def tcp_seq_cflags(btf_path: Path = VMLINUX) -> tuple[list[str], str | None]:
     return [f"-D{macro}={offset}" for macro, offset in offsets.items()], None
 
 
-_COMM_PREFIX: Final = re.compile(r"[A-Za-z0-9_.:/@+-]{1,15}")
+# What the probe compares with a task's comm: 15 characters, nothing to escape in a C literal.
+COMM_PREFIX: Final = re.compile(r"[A-Za-z0-9_.:/@+-]{1,15}")
 _SWEEP_EVERY_S: Final = 10.0
 
 
@@ -112,16 +114,6 @@ def _possible_cpus() -> int:
         return max(int(part.split("-")[-1]) for part in text.split(",")) + 1
     except (OSError, ValueError):
         return os.cpu_count() or 1
-
-
-def _cgroup2_id(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                return os.stat("/sys/fs/cgroup" + line[3:]).st_ino
-    except OSError:
-        return None
-    return None
 
 
 class SocketProbe(AttachedProbe):
@@ -161,7 +153,7 @@ class SocketProbe(AttachedProbe):
     ) -> None:
         if pid_filter < 0 or cgroup_id < 0:
             raise ValueError("pid_filter and cgroup_id must be >= 0")
-        if comm_prefix and not _COMM_PREFIX.fullmatch(comm_prefix):
+        if comm_prefix and not COMM_PREFIX.fullmatch(comm_prefix):
             raise ValueError(f"comm_prefix must be 1-15 plain characters, got {comm_prefix!r}")
         if payload_max < 64 or payload_max > 32768 or payload_max & (payload_max - 1):
             raise ValueError(f"payload_max must be a power of two in 64..32768, got {payload_max}")
@@ -324,7 +316,7 @@ class SocketProbe(AttachedProbe):
                 return False
             if not comm.startswith(self.comm_prefix):
                 return False
-        return not (self.cgroup_id and _cgroup2_id(pid) != self.cgroup_id)
+        return not (self.cgroup_id and cgroup2_id_of(pid) != self.cgroup_id)
 
     def follow_pid(self, pid: int) -> None:
         """Trace `pid` and, from now on, every process it forks (needs follow=True). Its
