@@ -31,7 +31,7 @@ from zerotrace.cli.profiling_args import (
     profiling_notes,
 )
 from zerotrace.cli.profiling_args import follow as follow_profiled
-from zerotrace.cli.socket_filters import add_socket_filter_arguments, socket_filters
+from zerotrace.cli.socket_args import add_socket_arguments, socket_options
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
 from zerotrace.errors import FeatureUnavailable
@@ -64,7 +64,7 @@ def register(sub: Any) -> None:
         default=[],
         help="only TCP traffic on this port (repeatable)",
     )
-    add_socket_filter_arguments(p)
+    add_socket_arguments(p)
     p.add_argument("--no-files", action="store_true", help="do not trace file opens")
     p.add_argument("--no-tls", action="store_true", help="do not attach the TLS uprobes")
     p.add_argument("--http-port", type=int, default=8080, help="HTTP API and web page port")
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         ports=args.port,
         tls=not args.no_tls,
         libssl=libssl,
-        **socket_filters(args),
+        **socket_options(args),
     )
     if args.ebpf:
         print(probe_text(args.pid))

@@ -17,7 +17,7 @@ from zerotrace.cli.profiling_args import (
     profiling_notes,
 )
 from zerotrace.cli.profiling_args import follow as follow_profiled
-from zerotrace.cli.socket_filters import add_socket_filter_arguments, socket_filters
+from zerotrace.cli.socket_args import add_socket_arguments, socket_options
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
 from zerotrace.errors import ConfigError, FeatureUnavailable
@@ -46,7 +46,7 @@ def register(sub: Any) -> None:
         default=[],
         help="TCP traffic on this port (repeatable)",
     )
-    add_socket_filter_arguments(p)
+    add_socket_arguments(p)
     p.add_argument("--no-files", action="store_true", help="do not trace file opens")
     p.add_argument("--no-sockets", action="store_true", help="do not capture TCP traffic")
     p.add_argument("--no-tls", action="store_true", help="do not attach the TLS uprobes")
@@ -139,7 +139,7 @@ def collector(args: argparse.Namespace) -> int:
             ports=args.port,
             tls=not args.no_tls,
             libssl=None if args.no_tls else find_libssl(),
-            **socket_filters(args),
+            **socket_options(args),
         )
         feeds.append(SocketFeed(socket_probe, common.node_id, offset))
     elif not args.no_sockets:

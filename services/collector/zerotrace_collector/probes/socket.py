@@ -116,6 +116,13 @@ def _possible_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def check_payload_max(payload_max: int) -> None:
+    """Bytes copied per call must be a power of two (the BPF copy is masked) that fits the
+    per-CPU event buffer: 64..32768. Raises ValueError with one line."""
+    if payload_max < 64 or payload_max > 32768 or payload_max & (payload_max - 1):
+        raise ValueError(f"payload bytes must be a power of two in 64..32768, got {payload_max}")
+
+
 class SocketProbe(AttachedProbe):
     """Trace TCP socket I/O (syscalls, and libssl plaintext) with payload prefixes.
 
@@ -155,8 +162,7 @@ class SocketProbe(AttachedProbe):
             raise ValueError("pid_filter and cgroup_id must be >= 0")
         if comm_prefix and not COMM_PREFIX.fullmatch(comm_prefix):
             raise ValueError(f"comm_prefix must be 1-15 plain characters, got {comm_prefix!r}")
-        if payload_max < 64 or payload_max > 32768 or payload_max & (payload_max - 1):
-            raise ValueError(f"payload_max must be a power of two in 64..32768, got {payload_max}")
+        check_payload_max(payload_max)
         if ringbuf_pages <= 0 or ringbuf_pages & (ringbuf_pages - 1):
             raise ValueError(f"ringbuf_pages must be a power of two, got {ringbuf_pages}")
         self.bpf_dir = Path(bpf_dir).resolve()

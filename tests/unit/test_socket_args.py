@@ -1,5 +1,5 @@
-"""--process and --cgroup: checked and translated before any probe is compiled; the cgroup v2
-mount point found wherever the host put it."""
+"""--process, --cgroup and --payload-bytes: checked and translated before any probe is
+compiled; the cgroup v2 mount point found wherever the host put it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from zerotrace.cli.socket_filters import socket_filters
+from zerotrace.cli.socket_args import socket_options
 from zerotrace.errors import ConfigError
 from zerotrace_collector.cgroup import cgroup2_root
 
@@ -27,19 +27,19 @@ def test_the_v2_mount_point_on_hybrid_and_unified_hosts() -> None:
     assert cgroup2_root("cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n") is None
 
 
-def args(process: str = "", cgroup: str = "") -> argparse.Namespace:
-    return argparse.Namespace(process=process, cgroup=cgroup)
+def args(process: str = "", cgroup: str = "", payload: int = 16384) -> argparse.Namespace:
+    return argparse.Namespace(process=process, cgroup=cgroup, payload_bytes=payload)
 
 
 def test_no_filter_and_a_process_name() -> None:
-    assert socket_filters(args()) == {"comm_prefix": "", "cgroup_id": 0}
-    assert socket_filters(args("vllm"))["comm_prefix"] == "vllm"
+    assert socket_options(args()) == {"comm_prefix": "", "cgroup_id": 0, "payload_max": 16384}
+    assert socket_options(args("vllm"))["comm_prefix"] == "vllm"
 
 
 @pytest.mark.parametrize("bad", ['py"thon', "x" * 16, "a b"])
 def test_a_process_name_the_kernel_cannot_match_is_one_line(bad: str) -> None:
     with pytest.raises(ConfigError, match=r"^--process .*15 characters"):
-        socket_filters(args(bad))
+        socket_options(args(bad))
 
 
 def test_a_cgroup_by_path_is_its_directory_inode() -> None:
@@ -47,9 +47,16 @@ def test_a_cgroup_by_path_is_its_directory_inode() -> None:
         root = cgroup2_root(mounts.read())
     if root is None:
         pytest.skip("no cgroup v2 hierarchy on this host")
-    assert socket_filters(args(cgroup=root))["cgroup_id"] == os.stat(root).st_ino
-    assert socket_filters(args(cgroup="."))["cgroup_id"] == os.stat(root).st_ino
+    assert socket_options(args(cgroup=root))["cgroup_id"] == os.stat(root).st_ino
+    assert socket_options(args(cgroup="."))["cgroup_id"] == os.stat(root).st_ino
     with pytest.raises(ConfigError, match=r"^--cgroup: no cgroup .*zt-none"):
-        socket_filters(args(cgroup="zt-none"))
+        socket_options(args(cgroup="zt-none"))
     with pytest.raises(ConfigError, match=r"^--cgroup: /etc is not inside"):
-        socket_filters(args(cgroup="/etc"))
+        socket_options(args(cgroup="/etc"))
+
+
+@pytest.mark.parametrize("bad", [0, 32, 1000, 65536])
+def test_payload_bytes_outside_what_the_probe_copies_is_one_line(bad: int) -> None:
+    with pytest.raises(ConfigError, match=r"^--payload-bytes: .*power of two in 64\.\.32768"):
+        socket_options(args(payload=bad))
+    assert socket_options(args(payload=4096))["payload_max"] == 4096

@@ -1,0 +1,59 @@
+"""TCP capture options shared by `zerotrace run` and `zerotrace collector` (process-name and
+cgroup filters, payload bytes): arguments, and their translation into the socket probe's
+keyword arguments (checked here, so a bad value is one line before anything is compiled)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from zerotrace.errors import ConfigError
+
+
+def add_socket_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--process",
+        default="",
+        metavar="NAME",
+        help="only TCP traffic of processes whose name starts with NAME (the name in "
+        "/proc/PID/comm, at most 15 characters, e.g. python3 or vllm)",
+    )
+    p.add_argument(
+        "--cgroup",
+        default="",
+        metavar="PATH",
+        help="only TCP traffic of processes in this cgroup v2 directory: absolute, or "
+        "relative to the cgroup2 mount (e.g. system.slice/vllm.service, kubepods/...)",
+    )
+    p.add_argument(
+        "--payload-bytes",
+        type=int,
+        default=16384,
+        metavar="N",
+        help="bytes of payload copied per read or write call, a power of two in 64..32768 "
+        "(default 16384: a streamed token's SSE event is a few hundred bytes; a call that "
+        "moves more is cut and counted as truncated)",
+    )
+
+
+def socket_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The SocketProbe keyword arguments for --process, --cgroup and --payload-bytes."""
+    from zerotrace_collector.cgroup import cgroup2_id_of_path
+    from zerotrace_collector.probes.socket import COMM_PREFIX, check_payload_max
+
+    if args.process and not COMM_PREFIX.fullmatch(args.process):
+        raise ConfigError(
+            f"--process {args.process!r}: 1 to 15 characters of letters, digits and _.:/@+- "
+            "(the kernel keeps 15 characters of a process name)"
+        )
+    cgroup_id = 0
+    if args.cgroup:
+        try:
+            cgroup_id = cgroup2_id_of_path(args.cgroup)
+        except ValueError as exc:
+            raise ConfigError(f"--cgroup: {exc}") from None
+    try:
+        check_payload_max(args.payload_bytes)
+    except ValueError as exc:
+        raise ConfigError(f"--payload-bytes: {exc}") from None
+    return {"comm_prefix": args.process, "cgroup_id": cgroup_id, "payload_max": args.payload_bytes}
