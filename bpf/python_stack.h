@@ -52,7 +52,8 @@ struct zt_py_offsets {
 	u32 interp_threads_head; /* PyInterpreterState.threads.head */
 	u32 tstate_next;         /* PyThreadState.next */
 	u32 tstate_native_tid;   /* PyThreadState.native_thread_id (3.10: .thread_id) */
-	u32 tstate_frame;        /* PyThreadState.cframe (3.11/3.12), .current_frame (3.13), .frame (3.10) */
+	u32 tstate_frame;        /* PyThreadState.cframe (3.11/3.12), .current_frame (3.13),
+				  * .frame (3.10) */
 	u32 cframe_current;      /* _PyCFrame.current_frame, or ZT_PY_NO_CFRAME */
 	u32 frame_code;          /* _PyInterpreterFrame.f_code / f_executable */
 	u32 frame_previous;      /* _PyInterpreterFrame.previous */
@@ -71,7 +72,9 @@ struct zt_py_offsets {
 enum zt_py_status {
 	ZT_PY_NONE = 0,      /* not a known CPython process */
 	ZT_PY_OK = 1,        /* frames found (depth may be 0: the thread runs no Python now) */
-	ZT_PY_NO_THREAD = 2, /* no thread state for this tid (not a Python thread, or > MAX_THREADS) */
+	/* no thread state for this tid: not a Python thread, past MAX_THREADS, or (3.10) FS base
+	 * unknown */
+	ZT_PY_NO_THREAD = 2,
 	ZT_PY_READ_FAIL = 3, /* a user read failed (process exiting, page not present) */
 };
 
@@ -85,7 +88,8 @@ struct zt_py_stack {
 };
 
 BPF_TABLE("lru_hash", u32, struct zt_py_offsets, zt_py_procs, 4096); /* never full */
-/* tid -> PyThreadState*, checked against native_thread_id on every use since thread states
+/* tid -> PyThreadState*, checked against the thread's id (native_thread_id, 3.10: thread_id) on
+ * every use since thread states
  * are freed and reused when threads end; LRU so entries of ended threads age out. */
 BPF_TABLE("lru_hash", u32, u64, zt_py_tstates, 16384);
 

@@ -28,8 +28,11 @@
  *                       pid, and every process forked by a followed one joins (so
  *                       `zerotrace run -- CMD` sees CMD's workers and nothing else)
  *   ZT_SELF_PID         never track this tgid (the collector itself)
- *   ZT_FILTER_CGROUP    only track this cgroup v2 id (0 = any)
- *   ZT_FILTER_COMM      only track tasks whose comm starts with this string literal
+ *   ZT_FILTER_CGROUP    only track tasks in this cgroup v2 (id; 0 = any) or below it
+ *   ZT_FILTER_CGROUP_LEVEL  that cgroup's level (root = 0)
+ *   ZT_FILTER_COMM      only track processes whose name starts with this string literal (the
+ *                       group leader's comm with ZT_OFF_TASK_GROUP_LEADER/_COMM from BTF,
+ *                       else the calling thread's)
  *   ZT_PAYLOAD_MAX      payload bytes captured per call (power of two, 64..32768)
  *   ZT_MAX_IOV          iovecs copied from for readv/writev/recvmsg/sendmsg
  *   ZT_RINGBUF_PAGES    ring buffer size in pages (power of two)
@@ -54,6 +57,9 @@
 #endif
 #ifndef ZT_FILTER_CGROUP
 #define ZT_FILTER_CGROUP 0
+#endif
+#ifndef ZT_FILTER_CGROUP_LEVEL
+#define ZT_FILTER_CGROUP_LEVEL 0
 #endif
 #ifndef ZT_PAYLOAD_MAX
 #define ZT_PAYLOAD_MAX 16384
@@ -213,13 +219,26 @@ static __always_inline int zt_task_wanted(u32 tgid)
 {
 	if (!zt_pid_wanted(tgid))
 		return 0;
-	if (ZT_FILTER_CGROUP != 0 && bpf_get_current_cgroup_id() != (u64)ZT_FILTER_CGROUP)
+	/* In the cgroup or below it (a pod's directory holds its containers' cgroups): the
+	 * task's ancestor at the filter's level is the filter's cgroup. */
+	if (ZT_FILTER_CGROUP != 0 &&
+	    bpf_get_current_ancestor_cgroup_id(ZT_FILTER_CGROUP_LEVEL) != (u64)ZT_FILTER_CGROUP)
 		return 0;
 #ifdef ZT_FILTER_COMM
 	{
 		const char want[] = ZT_FILTER_COMM;
-		char comm[ZT_COMM_LEN];
+		char comm[ZT_COMM_LEN] = {};
+#if defined(ZT_OFF_TASK_GROUP_LEADER) && defined(ZT_OFF_TASK_COMM)
+		/* The process's name (its main thread's, as /proc/PID/comm shows), not the calling
+		 * thread's: threads rename themselves (pthread_setname_np). */
+		u64 task = bpf_get_current_task(), leader = 0;
+		if (bpf_probe_read_kernel(&leader, sizeof(leader),
+					  (const void *)(task + ZT_OFF_TASK_GROUP_LEADER)) ||
+		    bpf_probe_read_kernel(comm, sizeof(comm), (const void *)(leader + ZT_OFF_TASK_COMM)))
+			return 0;
+#else
 		bpf_get_current_comm(comm, sizeof(comm));
+#endif
 #pragma unroll
 		for (int i = 0; i < ZT_COMM_LEN; i++) {
 			if (i >= (int)sizeof(want) - 1)

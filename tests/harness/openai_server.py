@@ -28,11 +28,18 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-TRUTH: list[Path] = []  # where to append the server's stamps (set by main)
+# (model, request got, first content sent, last content sent, tokens), CLOCK_MONOTONIC ns.
+Record = Callable[[str, int, int, int, int], None]
 
 
-def record_truth(model: str, request_ns: int, first_ns: int, last_ns: int, tokens: int) -> None:
-    if TRUTH:
+def no_record(model: str, request_ns: int, first_ns: int, last_ns: int, tokens: int) -> None:
+    pass
+
+
+def truth_file(path: Path) -> Record:
+    """A Record that appends one JSON line per request to *path*."""
+
+    def record(model: str, request_ns: int, first_ns: int, last_ns: int, tokens: int) -> None:
         line = {
             "model": model,
             "request_ns": request_ns,
@@ -40,8 +47,10 @@ def record_truth(model: str, request_ns: int, first_ns: int, last_ns: int, token
             "last_ns": last_ns,
             "tokens": tokens,
         }
-        with TRUTH[0].open("a") as out:
+        with path.open("a") as out:
             out.write(json.dumps(line) + "\n")
+
+    return record
 
 
 def token_text(i: int) -> str:
@@ -57,36 +66,44 @@ async def read_body(receive: Receive) -> bytes:
             return body
 
 
-async def app(scope: Scope, receive: Receive, send: Send) -> None:
-    if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-    request_ns = time.monotonic_ns()  # headers parsed: the request was on the wire before
-    path = scope["path"]
-    body = await read_body(receive)
-    if scope["method"] != "POST":
-        await respond_json(send, 404, {"error": {"message": "not found"}})
-        return
-    try:
-        request = json.loads(body or b"{}")
-    except ValueError:
-        await respond_json(send, 400, {"error": {"message": "bad json"}})
-        return
-    if path.endswith("/v1/chat/completions"):
-        endpoint = "chat"
-    elif path.endswith("/v1/completions"):
-        endpoint = "completions"
-    elif path.endswith("/v1/responses"):
-        endpoint = "responses"
-    else:
-        await respond_json(send, 404, {"error": {"message": f"no route {path}"}})
-        return
-    await generate(endpoint, request, send, request_ns)
+def make_app(record: Record = no_record) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """The ASGI app; *record* gets the server's stamps of every request it answers."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        request_ns = time.monotonic_ns()  # headers parsed: the request was on the wire before
+        path = scope["path"]
+        body = await read_body(receive)
+        if scope["method"] != "POST":
+            await respond_json(send, 404, {"error": {"message": "not found"}})
+            return
+        try:
+            request = json.loads(body or b"{}")
+        except ValueError:
+            await respond_json(send, 400, {"error": {"message": "bad json"}})
+            return
+        if path.endswith("/v1/chat/completions"):
+            endpoint = "chat"
+        elif path.endswith("/v1/completions"):
+            endpoint = "completions"
+        elif path.endswith("/v1/responses"):
+            endpoint = "responses"
+        else:
+            await respond_json(send, 404, {"error": {"message": f"no route {path}"}})
+            return
+        await generate(endpoint, request, send, request_ns, record)
+
+    return app
+
+
+app = make_app()
 
 
 async def respond_json(send: Send, status: int, body: Any) -> None:
@@ -118,7 +135,13 @@ def usage(prompt: int, completion: int, endpoint: str) -> dict[str, Any]:
     }
 
 
-async def generate(endpoint: str, request: dict[str, Any], send: Send, request_ns: int = 0) -> None:
+async def generate(
+    endpoint: str,
+    request: dict[str, Any],
+    send: Send,
+    request_ns: int = 0,
+    record: Record = no_record,
+) -> None:
     n = int(request.get("max_tokens") or request.get("max_output_tokens") or 16)
     pace = request.get("zt_pace") or {}
     first_s = float(pace.get("first_ms", 20)) / 1000
@@ -165,8 +188,9 @@ async def generate(endpoint: str, request: dict[str, Any], send: Send, request_n
             }
         body["usage"] = usage(prompt_tokens, n, endpoint)
         sent_ns = time.monotonic_ns()
+        # Written before the answer goes: a client that has it finds the line there.
+        record(model, request_ns, sent_ns, sent_ns, n)
         await respond_json(send, 200, body)
-        record_truth(model, request_ns, sent_ns, sent_ns, n)
         return
     include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
     await send(
@@ -250,8 +274,8 @@ async def generate(endpoint: str, request: dict[str, Any], send: Send, request_n
             final["usage"] = usage(prompt_tokens, n, endpoint)
             await event(final)
         await event("[DONE]")
+    record(model, request_ns, first_ns, last_ns, n)  # before the end of the stream goes
     await send({"type": "http.response.body", "body": b"", "more_body": False})
-    record_truth(model, request_ns, first_ns, last_ns, n)
 
 
 def main() -> None:
@@ -263,10 +287,8 @@ def main() -> None:
     parser.add_argument("--keyfile")
     parser.add_argument("--truth", type=Path, help="append the server's stamps here")
     args = parser.parse_args()
-    if args.truth:
-        TRUTH.append(args.truth)
     uvicorn.run(
-        app,
+        make_app(truth_file(args.truth)) if args.truth else app,
         host="127.0.0.1",
         port=args.port,
         loop="uvloop",

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.ebpf_required import require_ebpf
-from zerotrace_collector.cgroup import cgroup2_root
+from zerotrace_collector.cgroup import cgroup2_of_path, cgroup2_root
 from zerotrace_collector.probes.socket import SocketProbe
 from zerotrace_collector.probes.socket_decode import (
     F_TCP_SEQ,
@@ -312,9 +312,9 @@ def test_port_filter_drops_other_connections() -> None:
 
 
 def _exchange_under(
-    probe: SocketProbe, client_prelude: str, env: dict[str, str] | None = None
+    probe: SocketProbe, client_code: str, env: dict[str, str] | None = None
 ) -> tuple[list[SocketDataSample], int, int]:
-    """SERVER and a CLIENT whose code starts with *client_prelude* make their ROUNDS
+    """SERVER and a client running *client_code* (CLIENT, set up some way) make their ROUNDS
     exchanges under *probe*; returns what it saw of them and their pids (server, client)."""
     server = _popen(SERVER)
     client = None
@@ -322,7 +322,7 @@ def _exchange_under(
         probe.attach()
         port = int(_line(server))
         client = subprocess.Popen(
-            [sys.executable, "-c", client_prelude + CLIENT, str(port)],
+            [sys.executable, "-c", client_code, str(port)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -355,28 +355,45 @@ def _client_only(data: list[SocketDataSample], server_pid: int, client_pid: int)
 
 
 def test_process_name_filter_keeps_only_that_process() -> None:
-    # The client renames itself before it opens a socket; the server keeps its name.
-    rename = 'open("/proc/self/comm", "w").write("ztpick-client")\n'
+    """The client names its process, then talks from a thread that has a name of its own (as
+    pthread_setname_np gives): the process's name decides. The server keeps its name."""
+    client = (
+        "import threading\n"
+        'open("/proc/self/comm", "w").write("ztpick-client")\n'
+        f"CLIENT = {CLIENT!r}\n"
+        "def worker():\n"
+        '    open(f"/proc/self/task/{threading.get_native_id()}/comm", "w").write("worker-7")\n'
+        "    exec(CLIENT, {})\n"
+        "thread = threading.Thread(target=worker)\n"
+        "thread.start()\n"
+        "thread.join()\n"
+    )
     probe = SocketProbe(BPF_DIR, comm_prefix="ztpick", tls=False, seed_from_proc=False)
-    _client_only(*_exchange_under(probe, rename))
+    _client_only(*_exchange_under(probe, client))
 
 
-def test_cgroup_filter_keeps_only_that_cgroup(tmp_path: Path) -> None:
+def test_cgroup_filter_keeps_that_cgroup_and_those_below_it() -> None:
+    """The filter names a cgroup (as a pod's directory); the client runs in one below it (as
+    a container's), the server elsewhere."""
     root = cgroup2_root(Path("/proc/mounts").read_text())
     if root is None:
         pytest.fail("no cgroup v2 hierarchy mounted: the cgroup filter cannot be checked")
     group = Path(root) / f"zt-test-{os.getpid()}"
-    group.mkdir()
+    inner = group / "inner"
+    inner.mkdir(parents=True)
     try:
-        # The client moves itself into the new cgroup before it opens a socket.
+        # The client moves itself into the inner cgroup before it opens a socket.
         move = (
             "import os\n"
             'open(os.environ["ZT_CGROUP"] + "/cgroup.procs", "w").write(str(os.getpid()))\n'
         )
-        probe = SocketProbe(BPF_DIR, cgroup_id=group.stat().st_ino, tls=False, seed_from_proc=False)
-        env = {**os.environ, "ZT_CGROUP": str(group)}
-        _client_only(*_exchange_under(probe, move, env))
+        probe = SocketProbe(
+            BPF_DIR, cgroup=cgroup2_of_path(str(group)), tls=False, seed_from_proc=False
+        )
+        env = {**os.environ, "ZT_CGROUP": str(inner)}
+        _client_only(*_exchange_under(probe, move + CLIENT, env))
     finally:
+        inner.rmdir()
         group.rmdir()
 
 

@@ -78,6 +78,14 @@ def test_refill_reads_at_most_once_per_interval_per_process() -> None:
 def test_a_310_process_is_not_read() -> None:
     # CPython 3.10 keeps pthread_self() values, which /proc cannot map to kernel tids.
     assert read_thread_states(process(1, (3, 10))) == {}
+    reads: list[int] = []
+
+    def read(proc: PythonProcess, root: str) -> dict[int, int]:
+        reads.append(proc.pid)
+        return {}
+
+    refill = ThreadStateRefill(print, read=read)
+    assert not refill.no_thread(process(1, (3, 10))) and reads == []
 
 
 def process(pid: int, version: tuple[int, int] = (3, 11)) -> PythonProcess:

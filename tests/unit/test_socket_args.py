@@ -10,7 +10,7 @@ import pytest
 
 from zerotrace.cli.socket_args import socket_options
 from zerotrace.errors import ConfigError
-from zerotrace_collector.cgroup import cgroup2_root
+from zerotrace_collector.cgroup import Cgroup2, cgroup2_root
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +32,7 @@ def args(process: str = "", cgroup: str = "", payload: int = 16384) -> argparse.
 
 
 def test_no_filter_and_a_process_name() -> None:
-    assert socket_options(args()) == {"comm_prefix": "", "cgroup_id": 0, "payload_max": 16384}
+    assert socket_options(args()) == {"comm_prefix": "", "cgroup": None, "payload_max": 16384}
     assert socket_options(args("vllm"))["comm_prefix"] == "vllm"
 
 
@@ -42,21 +42,24 @@ def test_a_process_name_the_kernel_cannot_match_is_one_line(bad: str) -> None:
         socket_options(args(bad))
 
 
-def test_a_cgroup_by_path_is_its_directory_inode() -> None:
+def test_a_cgroup_by_path_is_its_directory_inode_and_level() -> None:
     with open("/proc/mounts") as mounts:
         root = cgroup2_root(mounts.read())
     if root is None:
         pytest.skip("no cgroup v2 hierarchy on this host")
-    assert socket_options(args(cgroup=root))["cgroup_id"] == os.stat(root).st_ino
-    assert socket_options(args(cgroup="."))["cgroup_id"] == os.stat(root).st_ino
-    with pytest.raises(ConfigError, match=r"^--cgroup: no cgroup .*zt-none"):
+    assert socket_options(args(cgroup=root))["cgroup"] == Cgroup2(os.stat(root).st_ino, 0)
+    assert socket_options(args(cgroup="."))["cgroup"] == Cgroup2(os.stat(root).st_ino, 0)
+    with pytest.raises(ConfigError, match=r"^--cgroup: no cgroup directory .*zt-none"):
         socket_options(args(cgroup="zt-none"))
+    with pytest.raises(ConfigError, match=r"^--cgroup: no cgroup directory .*cgroup.procs"):
+        socket_options(args(cgroup="cgroup.procs"))
     with pytest.raises(ConfigError, match=r"^--cgroup: /etc is not inside"):
         socket_options(args(cgroup="/etc"))
 
 
 @pytest.mark.parametrize("bad", [0, 32, 1000, 65536])
 def test_payload_bytes_outside_what_the_probe_copies_is_one_line(bad: int) -> None:
-    with pytest.raises(ConfigError, match=r"^--payload-bytes: .*power of two in 64\.\.32768"):
+    one_line = r"^--payload-bytes \d+: must be a power of two in 64\.\.32768$"
+    with pytest.raises(ConfigError, match=one_line):
         socket_options(args(payload=bad))
     assert socket_options(args(payload=4096))["payload_max"] == 4096

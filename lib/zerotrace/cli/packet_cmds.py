@@ -64,7 +64,8 @@ def capture(args: argparse.Namespace) -> int:
     )
     say(
         f"kept {stats.kept} frames of {stats.received}, {stats.kernel_drops} dropped by the "
-        f"kernel, {stats.truncated} truncated"
+        f"kernel, {stats.truncated} truncated, {stats.reordered} put back in time order"
+        + (f", {stats.late} too late to reorder" if stats.late else "")
     )
     return 0
 

@@ -22,8 +22,9 @@ def add_socket_arguments(p: argparse.ArgumentParser) -> None:
         "--cgroup",
         default="",
         metavar="PATH",
-        help="only TCP traffic of processes in this cgroup v2 directory: absolute, or "
-        "relative to the cgroup2 mount (e.g. system.slice/vllm.service, kubepods/...)",
+        help="only TCP traffic of processes in this cgroup v2 directory or below it: absolute, "
+        "or relative to the cgroup2 mount (e.g. system.slice/vllm.service, or a pod's "
+        "kubepods/... directory for all its containers)",
     )
     p.add_argument(
         "--payload-bytes",
@@ -38,7 +39,7 @@ def add_socket_arguments(p: argparse.ArgumentParser) -> None:
 
 def socket_options(args: argparse.Namespace) -> dict[str, Any]:
     """The SocketProbe keyword arguments for --process, --cgroup and --payload-bytes."""
-    from zerotrace_collector.cgroup import cgroup2_id_of_path
+    from zerotrace_collector.cgroup import cgroup2_of_path
     from zerotrace_collector.probes.socket import COMM_PREFIX, check_payload_max
 
     if args.process and not COMM_PREFIX.fullmatch(args.process):
@@ -46,14 +47,16 @@ def socket_options(args: argparse.Namespace) -> dict[str, Any]:
             f"--process {args.process!r}: 1 to 15 characters of letters, digits and _.:/@+- "
             "(the kernel keeps 15 characters of a process name)"
         )
-    cgroup_id = 0
+    cgroup = None
     if args.cgroup:
         try:
-            cgroup_id = cgroup2_id_of_path(args.cgroup)
+            cgroup = cgroup2_of_path(args.cgroup)
         except ValueError as exc:
             raise ConfigError(f"--cgroup: {exc}") from None
     try:
         check_payload_max(args.payload_bytes)
-    except ValueError as exc:
-        raise ConfigError(f"--payload-bytes: {exc}") from None
-    return {"comm_prefix": args.process, "cgroup_id": cgroup_id, "payload_max": args.payload_bytes}
+    except ValueError:
+        raise ConfigError(
+            f"--payload-bytes {args.payload_bytes}: must be a power of two in 64..32768"
+        ) from None
+    return {"comm_prefix": args.process, "cgroup": cgroup, "payload_max": args.payload_bytes}

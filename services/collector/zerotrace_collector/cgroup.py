@@ -6,9 +6,11 @@ is looked up in /proc/mounts (`cgroup2_root` is pure)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 # docker-<id>.scope, cri-containerd-<id>.scope, crio-<id>, /docker/<id>, /kubepods/.../<id>
@@ -40,39 +42,56 @@ def cgroup2_root(mounts_text: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
 def _mounted_root() -> str | None:
+    # Read once: a host does not move its cgroup v2 hierarchy while we run.
     try:
         return cgroup2_root(Path("/proc/mounts").read_text())
     except OSError:
         return None
 
 
-def cgroup2_id_of(pid: int) -> int | None:
-    """The cgroup v2 id of *pid* (None when it exited or the host has no v2 hierarchy)."""
-    root = _mounted_root()
-    try:
-        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-            if line.startswith("0::") and root is not None:
-                return os.stat(root + line[3:].rstrip("\n")).st_ino
-    except OSError:
-        return None
-    return None
+@dataclass(frozen=True)
+class Cgroup2:
+    """A cgroup v2 directory as a filter needs it: its id (the directory's inode, which BPF's
+    cgroup helpers return) and its level below the root (the root is level 0)."""
+
+    id: int
+    level: int
 
 
-def cgroup2_id_of_path(path: str) -> int:
-    """The id of a cgroup v2 directory given as an absolute path, or relative to the v2
-    mount point (``system.slice/vllm.service``). Raises ValueError with one line."""
+def cgroup2_of_path(path: str) -> Cgroup2:
+    """The cgroup v2 directory given as an absolute path, or relative to the v2 mount point
+    (``system.slice/vllm.service``). Raises ValueError with one line."""
     root = _mounted_root()
     if root is None:
         raise ValueError("this host has no cgroup v2 hierarchy mounted (see /proc/mounts)")
-    full = path if path.startswith("/") else os.path.join(root, path)
     real_root = os.path.realpath(root)
-    if os.path.commonpath([os.path.realpath(full), real_root]) != real_root:
+    full = os.path.realpath(path if path.startswith("/") else os.path.join(root, path))
+    if os.path.commonpath([full, real_root]) != real_root:
         raise ValueError(f"{path} is not inside the cgroup v2 hierarchy at {root}")
+    if not os.path.isdir(full):
+        raise ValueError(f"no cgroup directory {full}")
+    level = len(Path(full).relative_to(real_root).parts)
+    return Cgroup2(os.stat(full).st_ino, level)
+
+
+def in_cgroup2(pid: int, group: Cgroup2) -> bool:
+    """Whether *pid* is in *group* or below it (False when it exited or cannot be told)."""
+    root = _mounted_root()
+    if root is None:
+        return False
     try:
-        return os.stat(full).st_ino
-    except OSError as exc:
-        raise ValueError(f"no cgroup {full}: {exc.strerror}") from None
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                parts = [part for part in line[3:].split("/") if part]
+                if len(parts) < group.level:
+                    return False
+                ancestor = os.path.join(root, *parts[: group.level])
+                return os.stat(ancestor).st_ino == group.id
+    except OSError:
+        return False
+    return False
 
 
 class ContainerIds:

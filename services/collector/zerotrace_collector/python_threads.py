@@ -6,7 +6,8 @@ and a sample must stay cheap. CPython puts new threads at the head, so in a proc
 threads the oldest ones (often the main thread and the workers started first) are never
 reached. The walker also keeps a map tid -> PyThreadState* that it checks before walking (and
 verifies against native_thread_id on every use): user space fills it here, with a walk of the
-whole list, when samples of a known Python process say "no thread state".
+whole list, when samples of a known Python process say "no thread state". Not for CPython
+3.10: it has no native_thread_id, and its pthread_self() values cannot be mapped to tids.
 
 Pure core (`thread_states`, `kernel_tids`) over a memory reader; the shell reads /proc;
 `ThreadStateRefill` paces the reads for a feed (the CPU profiler's and the CUDA calls').
@@ -123,9 +124,12 @@ class ThreadStateRefill:
         self._walked: dict[int, float] = {}  # pid -> when its thread list was read
 
     def no_thread(self, proc: PythonProcess | None) -> bool:
-        """A sample of *proc* found no thread state; True when its list was read now."""
+        """A sample of *proc* found no thread state; True when its list was read now (never
+        for 3.10, whose thread ids cannot be mapped: see read_thread_states)."""
         now = self._clock()
-        if proc is None or now - self._walked.get(proc.pid, -1e18) < self._every_s:
+        if proc is None or proc.layout.walker.tid_match != TID_NATIVE:
+            return False
+        if now - self._walked.get(proc.pid, -1e18) < self._every_s:
             return False
         self._walked[proc.pid] = now
         states = self._read(proc, self._proc)

@@ -3,7 +3,8 @@ CapturedPacket, written to a pcap file and/or handed to the pure pipeline.
 
 No BPF filter and no libpcap: every frame of the interface comes up to Python, and the
 optional port filter runs here; fine for `lo` and test traffic, not for a busy 100G link.
-Timestamps are the kernel's (SO_TIMESTAMPNS), taken when the frame reached the socket layer.
+Timestamps are the kernel's (SO_TIMESTAMPNS), taken when the frame entered the receive path;
+frames are handed on in timestamp order (time_order.py), each after a short wait.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from zerotrace_collector.packets.captured import CapturedPacket
 from zerotrace_collector.packets.decode import TcpPacket, decode_tcp
 from zerotrace_collector.packets.link import LINKTYPE_ETHERNET, LINKTYPE_RAW
 from zerotrace_collector.packets.pcap import DEFAULT_SNAPLEN, PcapWriter
+from zerotrace_collector.packets.time_order import TimeOrder
 
 ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800
@@ -37,7 +39,9 @@ ARPHRD_LOOPBACK = 772
 # On loopback every frame is seen twice, leaving (OUTGOING) and arriving (HOST); libpcap keeps
 # only the arriving copy, and so do we.
 PACKET_OUTGOING = 4
-POLL_S = 0.2  # how often a blocked read wakes up to check the stop condition
+# How often a blocked read wakes up to check the stop condition and let held frames go (a
+# frame waits DEFAULT_WINDOW_NS for late ones stamped before it, then up to this long more).
+POLL_S = 0.05
 # The kernel queues frames for us in the socket's receive buffer and drops them when it is
 # full; Python reads slower than lo delivers 64 KiB frames, so ask for a roomy one (root may
 # exceed net.core.rmem_max with SO_RCVBUFFORCE).
@@ -57,6 +61,8 @@ class CaptureStats:
     kept: int = 0  # frames written and/or handed on
     truncated: int = 0  # frames longer than the capture length
     kernel_drops: int = 0  # frames the kernel dropped because the socket buffer was full
+    reordered: int = 0  # frames that came after a later-stamped one, put back in time order
+    late: int = 0  # frames that came later than the reorder window: written out of order
 
 
 def parse_hardware_type(text: str, interface: str) -> int:
@@ -145,6 +151,7 @@ def _frames(
     stats: CaptureStats,
 ) -> Iterator[CapturedPacket]:
     buf = bytearray(snaplen)
+    order = TimeOrder()
     with sock:
         sock.settimeout(POLL_S)
         while not should_stop():
@@ -154,6 +161,7 @@ def _frames(
                 )
             except TimeoutError:
                 stats.kernel_drops += _drops(sock)
+                yield from order.due(time.time_ns())
                 continue
             stats.received += 1
             _ifname, protocol, pkttype, hardware = addr[:4]
@@ -170,8 +178,10 @@ def _frames(
                 stats.filtered_out += 1
                 continue
             stats.kept += 1
-            yield packet
+            yield from order.push(packet)
+            stats.reordered, stats.late = order.reordered, order.late
         stats.kernel_drops += _drops(sock)
+    yield from order.flush()
 
 
 def _drops(sock: socket.socket) -> int:

@@ -148,3 +148,16 @@ class KernelBtf:
     def offsets(self, wanted: Iterable[tuple[str, str, str]]) -> Mapping[str, int]:
         """{macro: offset} for (macro, struct, member) triples."""
         return {macro: self.member_offset(s, m) for macro, s, m in wanted}
+
+
+def offset_cflags(
+    members: Iterable[tuple[str, str, str]], btf_path: Path = VMLINUX
+) -> tuple[list[str], str | None]:
+    """``-D<macro>=<offset>`` for (macro, struct, member) triples of the running kernel (bcc
+    compiles against other headers, so a BPF program reads kernel structs at these), or no
+    flags and one line saying why not."""
+    try:
+        offsets = KernelBtf.running_kernel(btf_path).offsets(members)
+    except BtfError as exc:
+        return [], str(exc)
+    return [f"-D{macro}={offset}" for macro, offset in offsets.items()], None

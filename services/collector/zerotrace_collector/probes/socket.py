@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
-from ..cgroup import cgroup2_id_of
+from ..cgroup import Cgroup2, in_cgroup2
 from ..proc_net import UNKNOWN, Endpoints, ProcNet
 from .bcc_loader import (
     AttachedProbe,
@@ -32,7 +32,7 @@ from .bcc_loader import (
     first_line,
     read_program,
 )
-from .kernel_btf import VMLINUX, BtfError, KernelBtf
+from .kernel_btf import VMLINUX, offset_cflags
 from .socket_decode import (
     ConnKind,
     ConnSample,
@@ -95,11 +95,23 @@ TCP_SEQ_MEMBERS: Final = (
 def tcp_seq_cflags(btf_path: Path = VMLINUX) -> tuple[list[str], str | None]:
     """The -D flags that let socket.c read TCP sequence numbers on this kernel, or no flags
     and one line saying why not (then events carry no tcp_seq; nothing else changes)."""
-    try:
-        offsets = KernelBtf.running_kernel(btf_path).offsets(TCP_SEQ_MEMBERS)
-    except BtfError as exc:
-        return [], f"tcp_seq off: {exc}"
-    return [f"-D{macro}={offset}" for macro, offset in offsets.items()], None
+    flags, why = offset_cflags(TCP_SEQ_MEMBERS, btf_path)
+    return flags, (f"tcp_seq off: {why}" if why else None)
+
+
+# current->group_leader->comm: the process's name, as /proc/PID/comm shows it. The calling
+# thread's own name (bpf_get_current_comm) differs once a thread renames itself.
+PROCESS_NAME_MEMBERS: Final = (
+    ("ZT_OFF_TASK_GROUP_LEADER", "task_struct", "group_leader"),
+    ("ZT_OFF_TASK_COMM", "task_struct", "comm"),
+)
+
+
+def process_name_cflags(btf_path: Path = VMLINUX) -> tuple[list[str], str | None]:
+    """The -D flags that let the --process filter compare the process's name, or none and
+    one line saying it compares each thread's own name instead."""
+    flags, why = offset_cflags(PROCESS_NAME_MEMBERS, btf_path)
+    return flags, (f"--process compares thread names, not process names: {why}" if why else None)
 
 
 # What the probe compares with a task's comm: 15 characters, nothing to escape in a C literal.
@@ -120,7 +132,7 @@ def check_payload_max(payload_max: int) -> None:
     """Bytes copied per call must be a power of two (the BPF copy is masked) that fits the
     per-CPU event buffer: 64..32768. Raises ValueError with one line."""
     if payload_max < 64 or payload_max > 32768 or payload_max & (payload_max - 1):
-        raise ValueError(f"payload bytes must be a power of two in 64..32768, got {payload_max}")
+        raise ValueError(f"payload_max must be a power of two in 64..32768, got {payload_max}")
 
 
 class SocketProbe(AttachedProbe):
@@ -132,7 +144,8 @@ class SocketProbe(AttachedProbe):
             for sample in probe.poll(100):
                 endpoints = probe.endpoints(sample)
 
-    Filters: *pid_filter*, *comm_prefix* and *cgroup_id* are compiled in (applied
+    Filters: *pid_filter*, *comm_prefix* and *cgroup* (that cgroup and those below it) are
+    compiled in (applied
     where a socket becomes tracked); *ports* is applied in :meth:`poll` after /proc
     resolution (a connection whose endpoints are unknown is kept). The collector's own
     pid (*self_pid*) is never traced.
@@ -147,7 +160,7 @@ class SocketProbe(AttachedProbe):
         *,
         self_pid: int | None = None,
         comm_prefix: str = "",
-        cgroup_id: int = 0,
+        cgroup: Cgroup2 | None = None,
         ports: Iterable[int] = (),
         payload_max: int = 16384,
         ringbuf_pages: int = 4096,
@@ -158,8 +171,8 @@ class SocketProbe(AttachedProbe):
         proc_net: ProcNet | None = None,
         follow: bool = False,
     ) -> None:
-        if pid_filter < 0 or cgroup_id < 0:
-            raise ValueError("pid_filter and cgroup_id must be >= 0")
+        if pid_filter < 0:
+            raise ValueError("pid_filter must be >= 0")
         if comm_prefix and not COMM_PREFIX.fullmatch(comm_prefix):
             raise ValueError(f"comm_prefix must be 1-15 plain characters, got {comm_prefix!r}")
         check_payload_max(payload_max)
@@ -169,7 +182,7 @@ class SocketProbe(AttachedProbe):
         self.pid_filter = pid_filter
         self.self_pid = os.getpid() if self_pid is None else self_pid
         self.comm_prefix = comm_prefix
-        self.cgroup_id = cgroup_id
+        self.cgroup = cgroup
         self.ports = frozenset(ports)
         self.payload_max = payload_max
         self.ringbuf_pages = ringbuf_pages
@@ -205,6 +218,7 @@ class SocketProbe(AttachedProbe):
         self._lost_at_close = 0
         self._last_sweep = 0.0
         self._tcp_seq: tuple[list[str], str | None] | None = None
+        self._process_name: tuple[list[str], str | None] | None = None
 
     # -- program -------------------------------------------------------------
 
@@ -217,7 +231,8 @@ class SocketProbe(AttachedProbe):
             f"-DZT_FILTER_PID={self.pid_filter}",
             f"-DZT_FOLLOW={int(self.follow)}",
             f"-DZT_SELF_PID={self.self_pid}",
-            f"-DZT_FILTER_CGROUP={self.cgroup_id}",
+            f"-DZT_FILTER_CGROUP={self.cgroup.id if self.cgroup else 0}",
+            f"-DZT_FILTER_CGROUP_LEVEL={self.cgroup.level if self.cgroup else 0}",
             f"-DZT_PAYLOAD_MAX={self.payload_max}",
             f"-DZT_RINGBUF_PAGES={self.ringbuf_pages}",
             f"-DZT_NR_CPUS={_possible_cpus()}",
@@ -225,7 +240,14 @@ class SocketProbe(AttachedProbe):
         ]
         if self.comm_prefix:
             flags.append(f'-DZT_FILTER_COMM="{self.comm_prefix}"')
-        return flags + self._tcp_seq_flags()[0]
+        return flags + self._tcp_seq_flags()[0] + self._process_name_flags()[0]
+
+    def _process_name_flags(self) -> tuple[list[str], str | None]:
+        if not self.comm_prefix:
+            return [], None
+        if self._process_name is None:
+            self._process_name = process_name_cflags()
+        return self._process_name
 
     def _tcp_seq_flags(self) -> tuple[list[str], str | None]:
         if self._tcp_seq is None:  # the kernel's BTF is read once per probe (~0.5 s)
@@ -261,9 +283,9 @@ class SocketProbe(AttachedProbe):
             ],
         )
         self.notes = []
-        seq_note = self._tcp_seq_flags()[1]
-        if seq_note:
-            self.notes.append(seq_note)
+        for note in (self._tcp_seq_flags()[1], self._process_name_flags()[1]):
+            if note:
+                self.notes.append(note)
         if self.want_tls and self.libssl is None:
             self.libssl = find_libssl()
             if self.libssl is None:
@@ -322,7 +344,7 @@ class SocketProbe(AttachedProbe):
                 return False
             if not comm.startswith(self.comm_prefix):
                 return False
-        return not (self.cgroup_id and cgroup2_id_of(pid) != self.cgroup_id)
+        return self.cgroup is None or in_cgroup2(pid, self.cgroup)
 
     def follow_pid(self, pid: int) -> None:
         """Trace `pid` and, from now on, every process it forks (needs follow=True). Its
