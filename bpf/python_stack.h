@@ -98,8 +98,10 @@ static __always_inline int zt_py_read_ptr(u64 *dst, u64 addr)
 	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
 }
 
-/* pthread_self() of the current thread: its FS base as the kernel keeps it. glibc sets it
- * once per thread (clone's CLONE_SETTLS), so the saved value is the live one. 0 = unknown. */
+/* pthread_self() of the current thread: its FS base as the kernel keeps it. glibc and musl set
+ * it once per thread (clone's CLONE_SETTLS), so the saved value is the live one; a program that
+ * rewrote it with WRFSBASE would be matched by its old value until its next switch-out.
+ * 0 = unknown. */
 static __always_inline u64 zt_py_thread_self(void)
 {
 	u64 fsbase = 0;

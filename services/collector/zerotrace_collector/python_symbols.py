@@ -16,6 +16,7 @@ Objects/lnotab_notes.txt); decoding is pure and lives in :func:`line_for` and
 
 from __future__ import annotations
 
+import ctypes
 import os
 import struct
 from collections import Counter, OrderedDict
@@ -111,11 +112,6 @@ def line_for_pairs(linetable: bytes, firstlineno: int, lasti: int) -> int:
             return line if delta != -128 else firstlineno
         start = end
     return firstlineno
-
-
-def _signed32(word: int) -> int:
-    low = word & 0xFFFFFFFF
-    return low - (1 << 32) if low >> 31 else low
 
 
 def decode_str(
@@ -238,7 +234,7 @@ class PythonSymbols:
             return None
         lay = proc.layout.code
         if lay.lasti_index:
-            line = line_for_pairs(info.linetable, info.firstlineno, _signed32(instr))
+            line = line_for_pairs(info.linetable, info.firstlineno, ctypes.c_int32(instr).value)
         else:
             lasti = (instr - code_addr - lay.code_adaptive) // 2
             line = line_for(info.linetable, info.firstlineno, lasti)
