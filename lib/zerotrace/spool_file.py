@@ -6,16 +6,20 @@ byte offset of the first frame not yet sent (written by rename, so a crash leave
 the new value). A frame: u32 topic length, topic (UTF-8), i32 key length (-1: no key), key,
 u32 value length, value; little-endian. When every frame is sent both files are emptied, so a
 spool that is not in use costs nothing. A collector restarted with a non-empty spool sends it
-first.
+first. One owner at a time: `spool.lock` is held (flock) while a SpoolFile is open, so a
+second collector with the same node id is refused in one line instead of interleaving frames.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final
+
+from zerotrace.errors import ConfigError
 
 _U32: Final = struct.Struct("<I")
 _I32: Final = struct.Struct("<i")
@@ -81,6 +85,7 @@ class SpoolFile:
         self.folder = folder
         self.max_bytes = max_bytes
         folder.mkdir(parents=True, exist_ok=True)
+        self._lock = _hold_lock(folder / "spool.lock")
         self._data_path = folder / "spool.bin"
         self._offset_path = folder / "spool.offset"
         self._file: BinaryIO = open(self._data_path, "ab")  # noqa: SIM115 - owned until close()
@@ -164,3 +169,22 @@ class SpoolFile:
 
     def close(self) -> None:
         self._file.close()
+        os.close(self._lock)  # releases the flock
+
+
+def _hold_lock(path: Path) -> int:
+    """An fd holding an exclusive flock on *path* (it records our pid, for the message a
+    second owner gets); raises ConfigError with one line when another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise ConfigError(
+            f"spool folder {path.parent} is in use by another collector (pid {holder}): give "
+            "each collector on a node its own ZEROTRACE_NODE_ID"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from zerotrace.clock import ManualClock
-from zerotrace.errors import Backpressure
+from zerotrace.errors import Backpressure, ConfigError
 from zerotrace.spool_file import SpoolFile
 from zerotrace.spooling_producer import DeliveryError, Done, SpoolingProducer
 
@@ -309,3 +309,12 @@ def test_an_idle_producer_sends_a_spool_left_by_an_earlier_run(tmp_path: Path) -
     p.tick()
     p.tick()
     assert broker.topic == expected(range(4)) and p.spooled == 0
+
+
+def test_one_owner_at_a_time(tmp_path: Path) -> None:
+    """A second collector with the same node id would interleave frames with the first."""
+    first = SpoolFile(tmp_path, 1 << 20)
+    with pytest.raises(ConfigError, match=r"in use by another collector \(pid \d+\)"):
+        SpoolFile(tmp_path, 1 << 20)
+    first.close()
+    SpoolFile(tmp_path, 1 << 20).close()  # free again once the first is closed
