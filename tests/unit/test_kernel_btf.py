@@ -64,6 +64,19 @@ def test_members_direct_and_inside_anonymous_unions() -> None:
     assert btf.member_offset("tcp_sock", "write_seq") == 96
 
 
+def test_a_dotted_path_goes_through_nested_structs() -> None:
+    b = Blob()
+    i = b.int_type()
+    thread = b.composite(STRUCT, "thread_struct", [("sp", i, 0), ("fsbase", i, 40 * 8)])
+    b.composite(STRUCT, "task_struct", [("pid", i, 0), ("thread", thread, 3088 * 8)])
+    btf = KernelBtf(b.bytes())
+    assert btf.member_offset("task_struct", "thread.fsbase") == 3128
+    with pytest.raises(BtfError, match=r"struct task_struct\.thread has no member gsbase"):
+        btf.member_offset("task_struct", "thread.gsbase")
+    with pytest.raises(BtfError, match=r"struct task_struct\.pid has no member x"):
+        btf.member_offset("task_struct", "pid.x")  # an int: nothing inside
+
+
 def test_bitfield_offsets_under_kind_flag() -> None:
     b = Blob()
     i = b.int_type()
@@ -109,7 +122,7 @@ def test_the_running_kernel_has_every_member_the_socket_probe_reads() -> None:
 
 def test_python_stack_flags_without_btf_say_what_is_lost(tmp_path: Path) -> None:
     flags, note = python_stack_cflags(tmp_path / "none")
-    assert flags == () and note is not None
+    assert flags == [] and note is not None
     assert note.startswith("CPython 3.10 stacks without Python frames: cannot read")
 
 

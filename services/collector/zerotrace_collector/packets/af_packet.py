@@ -152,6 +152,7 @@ def _frames(
 ) -> Iterator[CapturedPacket]:
     buf = bytearray(snaplen)
     order = TimeOrder()
+    interrupted = False
     with sock:
         sock.settimeout(POLL_S)
         while not should_stop():
@@ -163,6 +164,9 @@ def _frames(
                 stats.kernel_drops += _drops(sock)
                 yield from order.due(time.time_ns())
                 continue
+            except KeyboardInterrupt:
+                interrupted = True  # the frames still held go out first, then Ctrl-C does
+                break
             stats.received += 1
             _ifname, protocol, pkttype, hardware = addr[:4]
             if hardware == ARPHRD_LOOPBACK and pkttype == PACKET_OUTGOING:
@@ -179,9 +183,11 @@ def _frames(
                 continue
             stats.kept += 1
             yield from order.push(packet)
-            stats.reordered, stats.late = order.reordered, order.late
         stats.kernel_drops += _drops(sock)
+    stats.reordered, stats.late = order.reordered, order.late
     yield from order.flush()
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def _drops(sock: socket.socket) -> int:

@@ -9,27 +9,23 @@ running kernel's BTF, as the socket probe's TCP sequence offsets do.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Final
 
-from .kernel_btf import VMLINUX, BtfError, KernelBtf
+from .kernel_btf import VMLINUX, offset_cflags
 
-__all__ = ["PYTHON_STACK_FILE", "python_stack_cflags"]
+__all__ = ["PYTHON_STACK_FILE", "THREAD_SELF_MEMBERS", "python_stack_cflags"]
 
 # Compiled first, as part of the main text: bcc rewrites map accesses only there.
 PYTHON_STACK_FILE: Final = "python_stack.h"
 
 
-@functools.lru_cache(maxsize=4)
-def python_stack_cflags(btf_path: Path = VMLINUX) -> tuple[tuple[str, ...], str | None]:
+# current->thread.fsbase: pthread_self() of the sampled thread (x86-64).
+THREAD_SELF_MEMBERS: Final = (("ZT_OFF_TASK_FSBASE", "task_struct", "thread.fsbase"),)
+
+
+def python_stack_cflags(btf_path: Path = VMLINUX) -> tuple[list[str], str | None]:
     """The -D flags for python_stack.h on this kernel, and one line when something is off
-    (then only CPython 3.10 threads go without Python frames). Read once per process."""
-    try:
-        btf = KernelBtf.running_kernel(btf_path)
-        fsbase = btf.member_offset("task_struct", "thread") + btf.member_offset(
-            "thread_struct", "fsbase"
-        )
-    except BtfError as exc:
-        return (), f"CPython 3.10 stacks without Python frames: {exc}"
-    return (f"-DZT_OFF_TASK_FSBASE={fsbase}",), None
+    (then only CPython 3.10 threads go without Python frames)."""
+    flags, why = offset_cflags(THREAD_SELF_MEMBERS, btf_path)
+    return flags, (f"CPython 3.10 stacks without Python frames: {why}" if why else None)

@@ -217,8 +217,6 @@ class SocketProbe(AttachedProbe):
         self.backlog = False
         self._lost_at_close = 0
         self._last_sweep = 0.0
-        self._tcp_seq: tuple[list[str], str | None] | None = None
-        self._process_name: tuple[list[str], str | None] | None = None
 
     # -- program -------------------------------------------------------------
 
@@ -240,19 +238,11 @@ class SocketProbe(AttachedProbe):
         ]
         if self.comm_prefix:
             flags.append(f'-DZT_FILTER_COMM="{self.comm_prefix}"')
-        return flags + self._tcp_seq_flags()[0] + self._process_name_flags()[0]
+        return flags + [flag for flags, _ in self._kernel_offsets() for flag in flags]
 
-    def _process_name_flags(self) -> tuple[list[str], str | None]:
-        if not self.comm_prefix:
-            return [], None
-        if self._process_name is None:
-            self._process_name = process_name_cflags()
-        return self._process_name
-
-    def _tcp_seq_flags(self) -> tuple[list[str], str | None]:
-        if self._tcp_seq is None:  # the kernel's BTF is read once per probe (~0.5 s)
-            self._tcp_seq = tcp_seq_cflags()
-        return self._tcp_seq
+    def _kernel_offsets(self) -> list[tuple[list[str], str | None]]:
+        """(flags, why not) for each part that reads kernel structs (offsets from BTF)."""
+        return [tcp_seq_cflags(), *([process_name_cflags()] if self.comm_prefix else [])]
 
     def _source(self) -> str:
         # tls.c is compiled in the same unit as socket.c (shared maps; see socket.c).
@@ -283,9 +273,7 @@ class SocketProbe(AttachedProbe):
             ],
         )
         self.notes = []
-        for note in (self._tcp_seq_flags()[1], self._process_name_flags()[1]):
-            if note:
-                self.notes.append(note)
+        self.notes += [why for _, why in self._kernel_offsets() if why]
         if self.want_tls and self.libssl is None:
             self.libssl = find_libssl()
             if self.libssl is None:
