@@ -111,7 +111,7 @@ def zerotrace_attached(pid: int, store: Path) -> Iterator[int]:
     """`zerotrace run --pid PID` until the block ends; yields its HTTP port once it serves."""
     http_port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "zerotrace", "run", "--no-files", "--quiet", "--pid", str(pid),
+        [sys.executable, "-m", "zerotrace_cli", "run", "--no-files", "--quiet", "--pid", str(pid),
          "--store", str(store), "--http-port", str(http_port), "--grpc-port", str(free_port())],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -26,11 +26,12 @@ SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pu
 # The shared library and each service's package, importable without installing them.
 {
   echo "$ROOT/lib"
+  echo "$ROOT/cli"
   for d in collector correlator profiler-agg query; do echo "$ROOT/services/$d"; done
 } > "$SITE/zerotrace-dev.pth"
 cat > "$VENV/bin/zerotrace" <<LAUNCH
 #!/bin/sh
-exec "$VENV/bin/python" -m zerotrace "\$@"
+exec "$VENV/bin/python" -m zerotrace_cli "\$@"
 LAUNCH
 chmod +x "$VENV/bin/zerotrace"
 

@@ -49,7 +49,7 @@ class Service:
         self.log = logs / f"{name}.log"
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "zerotrace", *args],
+                [sys.executable, "-m", "zerotrace_cli", *args],
                 cwd=REPO,
                 env=env,
                 stdout=out,

@@ -87,7 +87,7 @@ def run_observed(command: list[str], tmp_path: Path) -> Observed:
     out, err = tmp_path / "zt.out", tmp_path / "zt.err"
     with out.open("w") as stdout, err.open("w") as stderr:
         run = subprocess.Popen(
-            [sys.executable, "-m", "zerotrace", "run", "--no-files", "--quiet",
+            [sys.executable, "-m", "zerotrace_cli", "run", "--no-files", "--quiet",
              "--store", str(tmp_path / "zt.duckdb"), "--http-port", str(free_port()),
              "--grpc-port", str(free_port()), "--", *command],
             cwd=REPO, stdout=stdout, stderr=stderr,

@@ -46,7 +46,7 @@ def test_every_request_matches_the_clients_truth(server: Server, tmp_path: Path)
             "5",
             sys.executable,
             "-m",
-            "zerotrace",
+            "zerotrace_cli",
             "run",
             "--no-files",
             "--quiet",

@@ -48,7 +48,7 @@ def reassembled_bytes(pcap: Path) -> int:
 
 def analyze(pcap: Path, out: Path) -> list[dict[str, Any]]:
     result = subprocess.run(
-        [sys.executable, "-m", "zerotrace", "analyze", str(pcap), "--json", str(out)],
+        [sys.executable, "-m", "zerotrace_cli", "analyze", str(pcap), "--json", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -84,7 +84,7 @@ def test_pcap_of_a_run_gives_the_clients_figures(server: Server, tmp_path: Path)
         [
             sys.executable,
             "-m",
-            "zerotrace",
+            "zerotrace_cli",
             "capture",
             "-i",
             "lo",

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def zerotrace(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "zerotrace", *args],
+        [sys.executable, "-m", "zerotrace_cli", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -104,7 +104,7 @@ def test_collector_without_root_says_what_it_needs(env: dict[str, str]) -> None:
             "--clear-groups",
             sys.executable,
             "-m",
-            "zerotrace",
+            "zerotrace_cli",
             "collector",
         ],
         cwd=REPO,

@@ -198,7 +198,7 @@ def test_faust_worker_output_is_identical_to_the_in_process_step(
     log = tmp_path / "profiler-agg.log"
     with open(log, "w") as out:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "zerotrace", "profiler-agg"],
+            [sys.executable, "-m", "zerotrace_cli", "profiler-agg"],
             cwd=REPO,
             env=worker_env,
             stdout=out,

@@ -48,7 +48,7 @@ def test_run_observes_a_command_end_to_end(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "zerotrace",
+            "zerotrace_cli",
             "run",
             "--store",
             str(store_file),

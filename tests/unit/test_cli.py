@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from zerotrace import settings
-from zerotrace.cli import main
 from zerotrace.errors import ConfigError
+from zerotrace_cli import main
 
 
 def test_help_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from zerotrace import names
-from zerotrace.cli import build_parser
+from zerotrace_cli import build_parser
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 

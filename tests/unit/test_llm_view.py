@@ -1,9 +1,9 @@
-"""The terminal view of LLM requests (zerotrace.cli.llm_view): a pure renderer."""
+"""The terminal view of LLM requests (zerotrace_cli.llm_view): a pure renderer."""
 
 from __future__ import annotations
 
 from tests.unit.test_llm_query_documents import MS, S, llm_request, realistic_requests
-from zerotrace.cli.llm_view import EMPTY, render_llm_view, summary_line
+from zerotrace_cli.llm_view import EMPTY, render_llm_view, summary_line
 
 T0 = 1_700_000_000 * S  # 22:13:20 UTC
 

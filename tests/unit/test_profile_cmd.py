@@ -19,11 +19,11 @@ from tests.unit.profile_data import (
     index_profiles,
     realistic_windows,
 )
-from zerotrace.cli import main
-from zerotrace.cli.common import profile_line
-from zerotrace.cli.profile_cmd import format_value, leaf_stacks, render_profile, span_ns
 from zerotrace.codec import AvroCodec
 from zerotrace.store_duckdb import DuckDBStore
+from zerotrace_cli import main
+from zerotrace_cli.common import profile_line
+from zerotrace_cli.profile_cmd import format_value, leaf_stacks, render_profile, span_ns
 from zerotrace_query.http_api import HttpApi
 
 T0 = time.time_ns() - 5 * WINDOW_NS  # the last 5 windows end 0-10 s ago: inside --since 15m

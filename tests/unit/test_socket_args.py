@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from zerotrace.cli.socket_args import socket_options
 from zerotrace.errors import ConfigError
+from zerotrace_cli.socket_args import socket_options
 from zerotrace_collector.cgroup import Cgroup2, cgroup2_root
 
 pytestmark = pytest.mark.unit

@@ -17,7 +17,7 @@ from zerotrace.clock import Clock
 from zerotrace.codec import AvroCodec
 from zerotrace.deadletter import dead_letter
 from zerotrace.errors import PoisonInput
-from zerotrace.step_output import Output, StepCounters
+from zerotrace.step import Output, StepCounters
 from zerotrace_correlator.fileio_spans import file_open_span
 from zerotrace_correlator.http_llm_step import HttpLlmCorrelator
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from zerotrace.bus import Bus, Consumer, Producer
 from zerotrace.codec import AvroCodec
-from zerotrace.step_output import Output
+from zerotrace.step import Output
 from zerotrace_profiler_agg.profile_step import CONSUMER, INPUT_TOPICS, ProfileStep
 from zerotrace_profiler_agg.settings import ProfilerAggSettings
 

@@ -19,7 +19,7 @@ from zerotrace.codec import AvroCodec
 from zerotrace.faust_shell import bus_message, make_faust_app
 from zerotrace.schema_registry_kafka import KafkaSchemaRegistry
 from zerotrace.schemas import load_schema_dir
-from zerotrace.step_output import Output
+from zerotrace.step import Output
 from zerotrace_profiler_agg.profile_step import INPUT_TOPICS, ProfileStep
 from zerotrace_profiler_agg.settings import ProfilerAggSettings
 

@@ -20,7 +20,7 @@ from zerotrace.bus import Message
 from zerotrace.codec import AvroCodec
 from zerotrace.deadletter import dead_letter
 from zerotrace.errors import PoisonInput
-from zerotrace.step_output import Output, StepCounters
+from zerotrace.step import Output, StepCounters
 from zerotrace_profiler_agg.profile_fold import ProfileFold
 from zerotrace_profiler_agg.settings import MS, ProfilerAggSettings
 

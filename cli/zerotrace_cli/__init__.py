@@ -32,7 +32,7 @@ Every setting is also an environment variable: `zerotrace settings` lists them.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from zerotrace.cli import infra_cmd, packet_cmds, profile_cmd, run_cmd, service_cmds
+    from zerotrace_cli import infra_cmd, packet_cmds, profile_cmd, run_cmd, service_cmds
 
     parser = argparse.ArgumentParser(
         prog="zerotrace",

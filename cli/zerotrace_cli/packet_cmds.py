@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from zerotrace import names, settings
-from zerotrace.cli.common import StopFlag, say
-from zerotrace.cli.llm_view import render_llm_view
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
 from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir
+from zerotrace_cli.common import StopFlag, say
+from zerotrace_cli.llm_view import render_llm_view
 
 
 def register(sub: Any) -> None:

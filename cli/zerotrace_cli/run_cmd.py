@@ -14,7 +14,12 @@ from typing import Any
 
 from zerotrace import names, settings
 from zerotrace.bus_memory import InMemoryBroker
-from zerotrace.cli.common import (
+from zerotrace.clock import SystemClock
+from zerotrace.codec import AvroCodec
+from zerotrace.errors import FeatureUnavailable
+from zerotrace.schema_registry import InMemorySchemaRegistry
+from zerotrace.schemas import load_schema_dir
+from zerotrace_cli.common import (
     BPF_DIR,
     StopFlag,
     embedded_store_path,
@@ -23,20 +28,15 @@ from zerotrace.cli.common import (
     say,
     span_line,
 )
-from zerotrace.cli.held_start import HeldCommand
-from zerotrace.cli.llm_view import render_llm_view
-from zerotrace.cli.profiling_args import (
+from zerotrace_cli.held_start import HeldCommand
+from zerotrace_cli.llm_view import render_llm_view
+from zerotrace_cli.profiling_args import (
     add_profiling_arguments,
     profiling_feeds,
     profiling_notes,
 )
-from zerotrace.cli.profiling_args import follow as follow_profiled
-from zerotrace.cli.socket_args import add_socket_arguments, socket_options
-from zerotrace.clock import SystemClock
-from zerotrace.codec import AvroCodec
-from zerotrace.errors import FeatureUnavailable
-from zerotrace.schema_registry import InMemorySchemaRegistry
-from zerotrace.schemas import load_schema_dir
+from zerotrace_cli.profiling_args import follow as follow_profiled
+from zerotrace_cli.socket_args import add_socket_arguments, socket_options
 
 LIVE_REFRESH_S = 1.0
 

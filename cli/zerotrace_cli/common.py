@@ -52,7 +52,7 @@ def profile_line(doc: dict[str, Any]) -> str:
     """One human line for a profile window: when, whose, how much in its unit, and where its
     heaviest stack ends: the innermost Python frame when it has one (an off-CPU stack always
     ends in the scheduler), then the leaf."""
-    from zerotrace.cli.profile_cmd import format_value
+    from zerotrace_cli.profile_cmd import format_value
     from zerotrace_query.flame_graph import PROFILE_TYPES
 
     when = datetime.fromtimestamp(doc["window_start_ns"] / 1e9, UTC).strftime("%H:%M:%S")

@@ -10,18 +10,18 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from zerotrace import settings
-from zerotrace.cli.common import BPF_DIR, StopFlag, probe_text, say
-from zerotrace.cli.profiling_args import (
-    add_profiling_arguments,
-    profiling_feeds,
-    profiling_notes,
-)
-from zerotrace.cli.profiling_args import follow as follow_profiled
-from zerotrace.cli.socket_args import add_socket_arguments, socket_options
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
 from zerotrace.errors import ConfigError, FeatureUnavailable
 from zerotrace.schemas import load_schema_dir
+from zerotrace_cli.common import BPF_DIR, StopFlag, probe_text, say
+from zerotrace_cli.profiling_args import (
+    add_profiling_arguments,
+    profiling_feeds,
+    profiling_notes,
+)
+from zerotrace_cli.profiling_args import follow as follow_profiled
+from zerotrace_cli.socket_args import add_socket_arguments, socket_options
 
 if TYPE_CHECKING:
     from zerotrace.spooling_producer import SpoolingProducer

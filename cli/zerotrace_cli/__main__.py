@@ -1,0 +1,3 @@
+from zerotrace_cli import main
+
+raise SystemExit(main())

@@ -1,3 +1,0 @@
-from zerotrace.cli import main
-
-raise SystemExit(main())
