@@ -131,7 +131,7 @@ def main() -> None:
         Message(names.RAW_SOCKET.name, 0, i, None, codec.encode(names.RAW_SOCKET.record, r), 0)
         for i, r in enumerate(records)
     ]
-    step = CorrelatorStep(codec, ManualClock())
+    step = CorrelatorStep(codec)
     start = time.process_time()
     for message in messages:
         step.process(message)

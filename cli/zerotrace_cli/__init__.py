@@ -32,7 +32,14 @@ Every setting is also an environment variable: `zerotrace settings` lists them.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from zerotrace_cli import infra_cmd, packet_cmds, profile_cmd, run_cmd, service_cmds
+    from zerotrace_cli import (
+        collector_cmd,
+        infra_cmd,
+        packet_cmds,
+        profile_cmd,
+        run_cmd,
+        service_cmds,
+    )
 
     parser = argparse.ArgumentParser(
         prog="zerotrace",
@@ -43,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run_cmd.register(sub)
+    collector_cmd.register(sub)
     service_cmds.register(sub)
     packet_cmds.register(sub)
     infra_cmd.register(sub)

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from zerotrace import names, settings
-from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
 from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir
@@ -76,7 +75,7 @@ def analyze(args: argparse.Namespace) -> int:
 
     common = settings.load(settings.CommonSettings)
     codec = AvroCodec(load_schema_dir(), InMemorySchemaRegistry())
-    step = CorrelatorStep(codec, SystemClock())
+    step = CorrelatorStep(codec)
     analysis = PcapAnalysis(common.node_id)
     try:
         outputs = [

@@ -33,8 +33,9 @@ from zerotrace.codec import AvroCodec
 from zerotrace.errors import PoisonInput
 from zerotrace.schema_registry_kafka import KafkaSchemaRegistry
 from zerotrace.schemas import load_schema_dir
+from zerotrace.step_runner import StepRunner
 from zerotrace.store_duckdb import DuckDBStore
-from zerotrace_profiler_agg.embedded import EmbeddedProfileAgg
+from zerotrace_profiler_agg.profile_step import ProfileStep
 from zerotrace_query.flame_graph import FlameFilter
 from zerotrace_query.indexer import Indexer
 from zerotrace_query.profile_search import flame_graph
@@ -100,9 +101,9 @@ def embedded_flame_graphs(
     producer = broker.producer()
     for message in messages:
         producer.produce(message.topic, message.key, message.value)
-    agg = EmbeddedProfileAgg(broker, codec)
-    agg.run_once(0, limit=len(messages) + 1)
-    agg.finish()
+    runner = StepRunner(broker, [ProfileStep(codec)], batch=len(messages) + 1)
+    runner.run_once(0)
+    runner.finish(0)
     store = DuckDBStore(str(tmp / "embedded.duckdb"))
     indexer = Indexer(
         broker.consumer("embedded-query"), broker.producer(), store, codec, ManualClock(1)

@@ -30,7 +30,7 @@ def raw_open(**over: Any) -> dict[str, Any]:
 
 
 def message(value: bytes, offset: int = 0) -> Message:
-    return Message(names.RAW_FILEIO.name, 0, offset, b"42", value, 0)
+    return Message(names.RAW_FILEIO.name, 0, offset, b"42", value, 5)
 
 
 def test_open_becomes_a_span_with_deterministic_ids() -> None:
@@ -52,7 +52,7 @@ def test_failed_open_is_an_error_span_with_the_errno_name() -> None:
 
 
 def test_step_turns_raw_into_derived_and_poison_into_a_dead_letter(codec: AvroCodec) -> None:
-    step = CorrelatorStep(codec, ManualClock(123))
+    step = CorrelatorStep(codec)
     [good] = step.process(message(codec.encode(names.RAW_FILEIO.record, raw_open())))
     assert good.topic == names.DERIVED_SPAN.name
     record, span = codec.decode(good.value)
@@ -63,7 +63,7 @@ def test_step_turns_raw_into_derived_and_poison_into_a_dead_letter(codec: AvroCo
     _record, letter = codec.decode(bad.value)
     assert letter["source_offset"] == 1 and letter["value"] == b"\x00garbage"
     assert "not an Avro single-object message" in letter["reason"]
-    assert letter["ts_ns"] == 123
+    assert letter["ts_ns"] == 5 * 1_000_000  # the message's own time: no clock is read
 
     wrong = codec.encode(
         names.DERIVED_TRACE.record,
@@ -78,17 +78,19 @@ def test_step_turns_raw_into_derived_and_poison_into_a_dead_letter(codec: AvroCo
     )
     [misplaced] = step.process(message(wrong, offset=2))
     assert misplaced.topic == names.DEAD_LETTER.name
-    assert (step.counters.consumed, step.counters.produced, step.counters.dead_letters) == (3, 1, 2)
+    counters = step.counters()
+    assert (counters["consumed"], counters["produced"], counters["dead_letters"]) == (3, 1, 2)
 
 
 def test_tick_moves_time_only_on_a_quiet_input(codec: AvroCodec) -> None:
     from zerotrace_correlator.pipeline import TICK_LAG_NS
 
     clock = ManualClock(10 * TICK_LAG_NS)
-    step = CorrelatorStep(codec, clock)
+    step = CorrelatorStep(codec)
     step.process(message(codec.encode(names.RAW_FILEIO.record, raw_open())))
+    assert step.tick(clock.now_ns()) == []  # a record came since the previous tick
     clock.advance(TICK_LAG_NS // 2)
-    assert step.tick() == [] and step._event_time_ns == 0  # input still flowing
+    assert step.tick(clock.now_ns()) == [] and step._event_time_ns == 0  # quiet, not for long
     clock.advance(TICK_LAG_NS)
-    step.tick()
+    step.tick(clock.now_ns())
     assert step._event_time_ns == clock.now_ns() - TICK_LAG_NS

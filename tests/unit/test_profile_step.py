@@ -251,7 +251,7 @@ def test_poison_goes_to_dead_letters_with_its_reason(codec: AvroCodec) -> None:
         reasons.append(letter["reason"])
     assert "not an Avro" in reasons[0] and "profiler-agg does not take" in reasons[1]
     assert "GPU_MEM_INUSE" in reasons[2] and "negative" in reasons[3]
-    assert step.counters.dead_letters == 4
+    assert step.counters()["dead_letters"] == 4
     [window] = step.flush()
     assert codec.decode(window.value)[1]["samples"] == 1  # the good one, untouched by the rest
 

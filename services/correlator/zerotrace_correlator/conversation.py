@@ -70,6 +70,11 @@ class Exchange:
 
     conn_id: str
     index: int  # requests seen before this one on the connection (since tracking began)
+    # Exchanges before this one on the connection that started at the same nanosecond
+    # (pipelined requests in one record). With start_ns it names the exchange in its ids:
+    # unlike `index`, it is the same when a worker rebuilds the connection from a later
+    # record (a replay after a restart starts where the connection was at rest).
+    start_rank: int
     observation_point: str
     request: MessageHead
     origin: Mapping[str, Any]  # who and where: ORIGIN_FIELDS of the request's first record
@@ -128,12 +133,35 @@ class Conversation:
         self._next_seq: dict[str, tuple[int, int]] = {}
         self._origin: Mapping[str, Any] | None = None
         self._next_index = 0
+        self._last_start: tuple[int, int] = (-1, 0)  # start_ns and rank of the newest exchange
 
     @staticmethod
     def max_buffered_bytes() -> int:
         """The most `buffered_bytes` can ever reach: two header buffers, the kept request
         bodies and one response body (or an SSE line plus its event's data)."""
         return 2 * MAX_HEADER_BYTES + (MAX_PENDING_REQUESTS + 2) * MAX_JSON_BODY_BYTES
+
+    @property
+    def at_rest(self) -> bool:
+        """Nothing in flight: no exchange open, no bytes held by a parser. A reader that
+        starts at the next record of the connection derives the same exchanges from there
+        (the shells' commits rely on it: see zerotrace/step.py)."""
+        if self.gave_up is not None:
+            return True
+        return (
+            not self._pending
+            and self._in_request is None
+            and self._in_response is None
+            and not self._requests.in_message
+            and not self._responses.in_message
+            and self._requests.buffered_bytes() == 0
+            and self._responses.buffered_bytes() == 0
+        )
+
+    def _rank_of(self, start_ns: int) -> int:
+        last_ns, rank = self._last_start
+        self._last_start = (start_ns, rank + 1 if start_ns == last_ns else 0)
+        return self._last_start[1]
 
     def buffered_bytes(self) -> int:
         held = self._requests.buffered_bytes() + self._responses.buffered_bytes()
@@ -253,6 +281,7 @@ class Conversation:
             new = Exchange(
                 conn_id=self.conn_id,
                 index=self._next_index,
+                start_rank=self._rank_of(event.start_ns),
                 observation_point=self.observation_point or NETWORK,
                 request=event,
                 origin=origin,

@@ -34,6 +34,11 @@ IDLE_TIMEOUT_NS = 300 * 1_000_000_000
 CLOSE_GRACE_NS = 5_000_000_000
 
 Output = tuple[str, dict[str, Any]]
+# Where a record was read: ((topic, partition), offset). The correlator keeps, per connection
+# with something in flight, where its oldest such record was, so a shell commits no further
+# (zerotrace/step.py); records fed without one (a capture file) are not tracked.
+Where = tuple[str, int]
+Position = tuple[Where, int]
 
 
 class HttpLlmCorrelator:
@@ -47,6 +52,10 @@ class HttpLlmCorrelator:
         self._conns: OrderedDict[str, Conversation] = OrderedDict()
         # conn_id -> event time of its CLOSE, in arrival order (close times are near-monotone).
         self._closing: OrderedDict[str, int] = OrderedDict()
+        # conn_id -> position and event time of the first record since it was last at rest,
+        # and of its CLOSE while that waits out the grace.
+        self._busy_since: dict[str, tuple[Position, int]] = {}
+        self._close_at: dict[str, Position] = {}
 
     @property
     def connections(self) -> int:
@@ -56,23 +65,49 @@ class HttpLlmCorrelator:
     def conversation(self, conn_id: str) -> Conversation | None:
         return self._conns.get(conn_id)
 
-    def feed_socket(self, record: Mapping[str, Any]) -> list[Output]:
-        """One zerotrace.raw.SocketData datum."""
+    def feed_socket(
+        self, record: Mapping[str, Any], position: Position | None = None
+    ) -> list[Output]:
+        """One zerotrace.raw.SocketData datum, and where it was read if from a bus."""
         conn_id = str(record["conn_id"])
         out: list[Output] = []
         conv = self._conns.get(conn_id)
         if conv is None:
             while len(self._conns) >= self.max_connections:
                 evicted, oldest = self._conns.popitem(last=False)
-                self._closing.pop(evicted, None)
+                self._forget(evicted)
                 self.counters[c.CONNS_EVICTED] += 1
                 out += _records(oldest.close("evicted: connection table full"))
             conv = self._conns[conn_id] = Conversation(conn_id, self.counters)
         else:
             self._conns.move_to_end(conn_id)
-        return out + _records(conv.feed(record))
+        out += _records(conv.feed(record))
+        if conv.at_rest:
+            self._busy_since.pop(conn_id, None)
+        elif position is not None and conn_id not in self._busy_since:
+            self._busy_since[conn_id] = (position, conv.last_ns)
+        return out
 
-    def feed_conn(self, record: Mapping[str, Any]) -> list[Output]:
+    def held(self, since_ns: int = 0) -> dict[Where, int]:
+        """Per input partition, the lowest offset of a record that state in flight was built
+        from: connections busy since event time `since_ns` or later, CLOSEs in their grace.
+        Older busy connections are not held (a stream busy for hours would make a restarted
+        worker read hours back); a restart then loses only them."""
+        low: dict[Where, int] = {}
+        positions = [p for p, ns in self._busy_since.values() if ns >= since_ns]
+        for where, offset in positions + list(self._close_at.values()):
+            if offset < low.get(where, offset + 1):
+                low[where] = offset
+        return low
+
+    def _forget(self, conn_id: str) -> None:
+        self._closing.pop(conn_id, None)
+        self._busy_since.pop(conn_id, None)
+        self._close_at.pop(conn_id, None)
+
+    def feed_conn(
+        self, record: Mapping[str, Any], position: Position | None = None
+    ) -> list[Output]:
         """One zerotrace.raw.ConnEvent datum. CLOSE flushes the connection. CONNECT and
         ACCEPT change nothing: a conversation starts with its first bytes, and conn_id holds
         the socket cookie, so a reused fd is a new connection anyway (and raw.conn may be
@@ -82,7 +117,10 @@ class HttpLlmCorrelator:
         # Kept even when no data of the connection came yet: a worker that starts on a
         # backlog may read raw.conn ahead of raw.socket, and a client that closes right after
         # the last SSE event (no terminating chunk) ends its exchange only by this CLOSE.
-        self._closing[str(record["conn_id"])] = int(record["ts_ns"])
+        conn_id = str(record["conn_id"])
+        self._closing[conn_id] = int(record["ts_ns"])
+        if position is not None:
+            self._close_at.setdefault(conn_id, position)
         return []
 
     def _close_due(self, now_ns: int) -> list[Output]:
@@ -91,8 +129,8 @@ class HttpLlmCorrelator:
             conn_id, closed_ns = next(iter(self._closing.items()))
             if now_ns - closed_ns < CLOSE_GRACE_NS:
                 break
-            del self._closing[conn_id]
             conv = self._conns.pop(conn_id, None)
+            self._forget(conn_id)
             if conv is not None:
                 self.counters[c.CONNS_CLOSED] += 1
                 out += _records(conv.close("connection closed"))
@@ -107,7 +145,7 @@ class HttpLlmCorrelator:
             if now_ns - conv.last_ns < self.idle_timeout_ns:
                 break
             del self._conns[conn_id]
-            self._closing.pop(conn_id, None)
+            self._forget(conn_id)
             self.counters[c.CONNS_IDLE_TIMEOUT] += 1
             out += _records(conv.close("idle timeout"))
         return out
@@ -121,6 +159,8 @@ class HttpLlmCorrelator:
                 self.counters[c.CONNS_CLOSED] += 1
                 out += _records(conv.close("connection closed"))
         self._closing.clear()
+        self._busy_since.clear()
+        self._close_at.clear()
         while self._conns:
             _, conv = self._conns.popitem(last=False)
             out += _records(conv.close(reason))

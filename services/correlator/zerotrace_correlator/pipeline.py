@@ -1,9 +1,11 @@
 """The correlator's step: one raw message in, derived messages (or a dead letter) out.
 
-Pure apart from the codec's registry look-ups; both shells call it: the faust agent
-(distributed) and the in-process loop of `zerotrace run` (embedded), and `zerotrace analyze`.
-Connection state (HTTP conversations) lives in the step, in memory: a restarted worker starts
-with empty conversations and reports the exchanges it saw only in part as aborted.
+A Step (zerotrace/step.py). Pure apart from the codec's registry look-ups: no clock is read
+(time comes from records and from `tick(now_ns)`; a dead letter is stamped with its message's
+own time). The shells call it alike: the faust shell (distributed), the embedded runner of
+`zerotrace run`, and `zerotrace analyze` (records of a capture, `process_record`).
+Connection state (HTTP conversations) lives in the step, in memory; `held()` tells the shell
+where the records of the exchanges in flight start, so a restarted worker rebuilds them.
 """
 
 from __future__ import annotations
@@ -13,13 +15,12 @@ from typing import Any
 
 from zerotrace import names
 from zerotrace.bus import Message
-from zerotrace.clock import Clock
 from zerotrace.codec import AvroCodec
 from zerotrace.deadletter import dead_letter
 from zerotrace.errors import PoisonInput
-from zerotrace.step import Output, StepCounters
+from zerotrace.step import Held, Output, StepCounters
 from zerotrace_correlator.fileio_spans import file_open_span
-from zerotrace_correlator.http_llm_step import HttpLlmCorrelator
+from zerotrace_correlator.http_llm_step import HttpLlmCorrelator, Position
 
 CONSUMER = names.GROUP_CORRELATOR
 INPUT_TOPICS = (names.RAW_FILEIO.name, names.RAW_SOCKET.name, names.RAW_CONN.name)
@@ -34,58 +35,73 @@ IDLE_PARTITION_NS = 30_000_000_000
 # has been quiet this long by the clock, `tick` moves event time up to the clock minus this
 # lag. Only on a quiet input: a worker that lags behind a backlog must not jump ahead of it.
 TICK_LAG_NS = 5_000_000_000
+# A connection busy (an exchange in flight) since this long before event time is not held
+# back for a restart: see HttpLlmCorrelator.held.
+HOLD_LIMIT_NS = 600_000_000_000
 
 
 class CorrelatorStep:
-    def __init__(self, codec: AvroCodec, clock: Clock) -> None:
+    group = CONSUMER
+    input_topics = INPUT_TOPICS
+
+    def __init__(self, codec: AvroCodec) -> None:
         self._codec = codec
-        self._clock = clock
         self.http = HttpLlmCorrelator()
-        self.counters = StepCounters()
+        self.step_counters = StepCounters()
         self._event_time_ns = 0
         self._advanced_at_ns = 0
-        self._last_input_ns = 0  # clock time of the last record taken
+        self._last_input_ns = 0  # the tick time by which the last record had been taken
+        self._consumed_at_tick = 0
         self._partition_ns: dict[tuple[str, int], int] = {}
 
     def process(self, message: Message) -> list[Output]:
-        self.counters.consumed += 1
-        self._last_input_ns = self._clock.now_ns()
+        self.step_counters.consumed += 1
         try:
             outputs = self._derive(message)
         except PoisonInput as exc:
-            self.counters.dead_letters += 1
+            self.step_counters.dead_letters += 1
             topic, key, value = dead_letter(
-                self._codec, message, CONSUMER, exc.reason, self._clock.now_ns()
+                self._codec, message, CONSUMER, exc.reason, message.timestamp_ms * 1_000_000
             )
             return [Output(topic, key, value)]
-        self.counters.produced += len(outputs)
+        self.step_counters.produced += len(outputs)
         return outputs
 
     def process_record(self, record: str, datum: Mapping[str, Any]) -> list[Output]:
         """A decoded raw record (from a pcap, say): the same logic without the bytes."""
         outputs = self._derive_record(record, datum, record)
-        self.counters.produced += len(outputs)
+        self.step_counters.produced += len(outputs)
         return outputs
 
-    def tick(self) -> list[Output]:
-        """Called by the shell about once a second: lets time pass on a quiet input."""
-        wall = self._clock.now_ns()
-        if wall - self._last_input_ns < TICK_LAG_NS:
+    def tick(self, now_ns: int) -> list[Output]:
+        """Called by the shell about once a second with the clock: lets time pass on a quiet
+        input (no record taken since the previous tick, for TICK_LAG_NS)."""
+        if self.step_counters.consumed != self._consumed_at_tick:
+            self._consumed_at_tick = self.step_counters.consumed
+            self._last_input_ns = now_ns
+        if now_ns - self._last_input_ns < TICK_LAG_NS:
             return []  # records are still coming: their own times move event time
-        now = wall - TICK_LAG_NS
+        now = now_ns - TICK_LAG_NS
         if now <= self._event_time_ns:
             return []
         self._event_time_ns = now
         self._advanced_at_ns = now
         return self._encode(self.http.advance(now))
 
-    def flush(self) -> list[Output]:
-        """End of input: report every exchange still in flight (as aborted)."""
-        return self._encode(self.http.flush())
+    def flush(self, now_ns: int = 0, reason: str = "end of input") -> list[Output]:
+        """End of input: report every exchange still in flight, incomplete, with `reason`."""
+        return self._encode(self.http.flush(reason))
+
+    def held(self) -> Held:
+        return self.http.held(self._event_time_ns - HOLD_LIMIT_NS)
+
+    def counters(self) -> dict[str, int]:
+        return {**self.step_counters.as_dict(), **self.http.counters}
 
     def _derive(self, message: Message) -> list[Output]:
         record, datum = self._codec.decode(message.value)
-        return self._derive_record(record, datum, message.topic, (message.topic, message.partition))
+        source = (message.topic, message.partition)
+        return self._derive_record(record, datum, message.topic, source, message.offset)
 
     def _derive_record(
         self,
@@ -93,16 +109,18 @@ class CorrelatorStep:
         datum: Mapping[str, Any],
         where: str,
         source: tuple[str, int] = ("record", 0),
+        offset: int | None = None,
     ) -> list[Output]:
+        position: Position | None = None if offset is None else (source, offset)
         if record == names.RAW_FILEIO.record:
             span = file_open_span(datum)
             value = self._codec.encode(names.DERIVED_SPAN.record, span)
             return [Output(names.DERIVED_SPAN.name, span["trace_id"].encode(), value)]
         if record == names.RAW_SOCKET.record:
-            derived = self.http.feed_socket(datum)
+            derived = self.http.feed_socket(datum, position)
             derived += self._advance(int(datum["end_ns"]), source)
         elif record == names.RAW_CONN.record:
-            derived = self.http.feed_conn(datum)
+            derived = self.http.feed_conn(datum, position)
             derived += self._advance(int(datum["ts_ns"]), source)
         else:
             raise PoisonInput(f"{where} carries {record}, which the correlator does not take")

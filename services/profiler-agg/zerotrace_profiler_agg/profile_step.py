@@ -1,13 +1,10 @@
 """profiler-agg's step: one raw message in, derived.profile messages (or a dead letter) out.
 
-Both shells call it with one instance: the faust worker (distributed) and the in-process loop of
-`zerotrace run` (embedded). Apart from the codec's registry look-ups it is pure: no clock is
+A Step (zerotrace/step.py): the faust shell (distributed) and the embedded runner of
+`zerotrace run` drive it alike. Apart from the codec's registry look-ups it is pure: no clock is
 read (a dead letter is stamped with its message's own time), so the same messages in the same
-order give byte-identical output messages in both shells.
-
-Call `process` for each message of INPUT_TOPICS, `tick(now_ns)` about once a second with the
-clock, and `flush()` once at the end of input; produce what each returns, in order. None of
-them blocks; only the codec raises (ValueError: a bug, not input).
+order give byte-identical output messages in both shells. None of its calls blocks; only the
+codec raises (ValueError: a bug, not input).
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from zerotrace.bus import Message
 from zerotrace.codec import AvroCodec
 from zerotrace.deadletter import dead_letter
 from zerotrace.errors import PoisonInput
-from zerotrace.step import Output, StepCounters
+from zerotrace.step import Held, Output, StepCounters
 from zerotrace_profiler_agg.profile_fold import ProfileFold
 from zerotrace_profiler_agg.settings import MS, ProfilerAggSettings
 
@@ -29,22 +26,26 @@ INPUT_TOPICS = (names.RAW_STACK.name, names.RAW_GPU.name)
 
 
 class ProfileStep:
+    input_topics = INPUT_TOPICS
+
     def __init__(self, codec: AvroCodec, settings: ProfilerAggSettings | None = None) -> None:
         self._codec = codec
+        self.group = (settings or ProfilerAggSettings()).group
         self.fold = ProfileFold(settings)
-        self.counters = StepCounters()
+        self.step_counters = StepCounters()
 
     def process(self, message: Message) -> list[Output]:
-        self.counters.consumed += 1
+        self.step_counters.consumed += 1
         try:
             record, datum = self._codec.decode(message.value)
+            source = (message.topic, message.partition)
             return self.process_record(
-                record, datum, message.topic, (message.topic, message.partition)
+                record, datum, message.topic, source, (source, message.offset)
             )
         except PoisonInput as exc:
-            self.counters.dead_letters += 1
+            self.step_counters.dead_letters += 1
             topic, key, value = dead_letter(
-                self._codec, message, CONSUMER, exc.reason, message.timestamp_ms * MS
+                self._codec, message, self.group, exc.reason, message.timestamp_ms * MS
             )
             return [Output(topic, key, value)]
 
@@ -54,11 +55,12 @@ class ProfileStep:
         datum: Mapping[str, Any],
         where: str = "a record",
         source: tuple[str, int] = ("record", 0),
+        position: tuple[tuple[str, int], int] | None = None,
     ) -> list[Output]:
         """A decoded raw record: the same logic without the bytes (replays, tests).
-        source: (topic, partition) it was read from."""
+        source: (topic, partition) it was read from; position: that and its offset."""
         if record == names.RAW_STACK.record:
-            return self._encode(self.fold.add_stack(datum, source))
+            return self._encode(self.fold.add_stack(datum, source, position))
         if record == names.RAW_GPU.record:
             return self._encode(self.fold.add_gpu(datum, source))
         raise PoisonInput(f"{where} carries {record}, which profiler-agg does not take")
@@ -66,11 +68,18 @@ class ProfileStep:
     def tick(self, now_ns: int) -> list[Output]:
         return self._encode(self.fold.tick(now_ns))
 
-    def flush(self) -> list[Output]:
+    def flush(self, now_ns: int = 0, reason: str = "end of input") -> list[Output]:
+        """End of input: every open window and every snapshot still due."""
         return self._encode(self.fold.flush())
 
+    def held(self) -> Held:
+        return self.fold.held()
+
+    def counters(self) -> dict[str, int]:
+        return {**self.step_counters.as_dict(), **self.fold.counters()}
+
     def _encode(self, windows: list[dict[str, Any]]) -> list[Output]:
-        self.counters.produced += len(windows)
+        self.step_counters.produced += len(windows)
         topic = names.DERIVED_PROFILE
         return [
             Output(topic.name, str(w["service"]).encode(), self._codec.encode(topic.record, w))

@@ -24,6 +24,7 @@ from typing import Any
 
 Series = tuple[str, int, str]  # node, pid, source ("stack" or "gpu")
 Key = tuple[str, str, int, str]  # node, service, pid, profile type
+Where = tuple[str, int]  # the (topic, partition) a record was read from
 
 DEFAULT_WIDTH_NS = 10_000_000_000
 DEFAULT_LATENESS_NS = 2_000_000_000
@@ -34,6 +35,9 @@ class OpenWindow:
     stacks: dict[str, int] = field(default_factory=dict)
     samples: int = 0
     dropped: int = 0
+    # Per input partition, the offset of the first record folded in: a shell commits no
+    # further while the window is open (zerotrace/step.py).
+    first: dict[Where, int] = field(default_factory=dict)
 
 
 def folded(frames: Iterable[str], tid: int) -> str:
@@ -119,11 +123,32 @@ class Windows:
         """The series not forgotten (a forgotten one comes back with its next record)."""
         return sorted(self._open)
 
-    def add(self, series: Series, key: Key, ts: int, stack: str, weight: int) -> None:
-        """Fold one record into its (open) window."""
+    def add(
+        self,
+        series: Series,
+        key: Key,
+        ts: int,
+        stack: str,
+        weight: int,
+        position: tuple[Where, int] | None = None,
+    ) -> None:
+        """Fold one record into its (open) window; position: where it was read, if known."""
         window = self._window(series, key, self.start_of(ts))
         window.stacks[stack] = window.stacks.get(stack, 0) + weight
         window.samples += 1
+        if position is not None:
+            where, offset = position
+            window.first.setdefault(where, offset)
+
+    def held(self) -> dict[Where, int]:
+        """Per input partition, the lowest offset folded into a window still open."""
+        low: dict[Where, int] = {}
+        for windows in self._open.values():
+            for window in windows.values():
+                for where, offset in window.first.items():
+                    if offset < low.get(where, offset + 1):
+                        low[where] = offset
+        return low
 
     def count_late(self, series: Series, key: Key) -> None:
         self._window(series, key, self.start_of(self._marks[series])).dropped += 1

@@ -1,5 +1,6 @@
-"""profiler-agg embedded: the in-process shell over the in-process bus gives the same
-derived.profile messages as the step fed directly, whatever the partitions' interleaving."""
+"""The embedded runner (zerotrace/step_runner.py): over the in-process bus it gives the same
+messages as the step fed directly, whatever the partitions' interleaving; it lets time pass
+on a quiet input; and it commits no further than the step holds."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from zerotrace import names
 from zerotrace.bus import Message
 from zerotrace.bus_memory import InMemoryBroker
 from zerotrace.codec import AvroCodec
-from zerotrace_profiler_agg.embedded import EmbeddedProfileAgg
+from zerotrace.step_runner import StepRunner
 from zerotrace_profiler_agg.profile_step import ProfileStep
 
 S = 1_000_000_000
@@ -46,11 +47,12 @@ def test_embedded_output_equals_the_step_fed_directly(codec: AvroCodec) -> None:
             )
     producer.produce(names.RAW_GPU.name, b"300", b"poison")
 
-    agg = EmbeddedProfileAgg(broker, codec, SETTINGS)
-    assert agg.run_once(now_ns=0, limit=7) == 7
-    while agg.run_once(now_ns=0):
+    step = ProfileStep(codec, SETTINGS)
+    runner = StepRunner(broker, [step], batch=7)
+    assert runner.run_once(now_ns=0) == 7
+    while runner.run_once(now_ns=0):
         pass
-    agg.finish()
+    runner.finish(now_ns=0)
 
     reference = ProfileStep(codec, SETTINGS)
     expected = [
@@ -63,7 +65,7 @@ def test_embedded_output_equals_the_step_fed_directly(codec: AvroCodec) -> None:
     assert sorted((m.topic, m.key, m.value) for m in got) == sorted(
         (o.topic, o.key, o.value) for o in expected
     )
-    counters = agg.counters()
+    counters = runner.counters()[step.group]
     assert counters["consumed"] == 40 + 18 + 1 and counters["dead_letters"] == 1
     assert counters["gpu_unknown_frees"] == 0 and counters["live_allocations"] == 0
     profiles = [codec.decode(m.value)[1] for m in got if m.topic == names.DERIVED_PROFILE.name]
@@ -83,14 +85,43 @@ def test_a_quiet_input_closes_its_windows_by_the_clock_without_finish(codec: Avr
     for i in range(5):
         datum = sample(i * S, ["thread:7", "py:work (w.py:1)"], pid=7, tid=7)
         producer.produce(names.RAW_STACK.name, b"7", codec.encode(names.RAW_STACK.record, datum))
-    agg = EmbeddedProfileAgg(broker, codec, SETTINGS)
-    agg.run_once(now_ns=5 * S)
+    runner = StepRunner(broker, [ProfileStep(codec, SETTINGS)])
+    runner.run_once(now_ns=5 * S)
     assert drain(broker, "early", (names.DERIVED_PROFILE.name,)) == []  # the window is open
     # Nothing more comes; the clock goes on past the window, its lateness and the tick lag.
     later = 5 * S + SETTINGS.window_ms * 1_000_000 + SETTINGS.lateness_ms * 1_000_000
     later += SETTINGS.tick_lag_ms * 1_000_000 + 2 * S
-    agg.run_once(now_ns=later)
-    agg.run_once(now_ns=later + 2 * S)
+    runner.run_once(now_ns=later)
+    runner.run_once(now_ns=later + 2 * S)
     [window] = drain(broker, "late", (names.DERIVED_PROFILE.name,))
     _record, datum = codec.decode(window.value)
     assert datum["samples"] == 5 and datum["profile_type"] == "ON_CPU" and datum["pid"] == 7
+
+
+def test_offsets_commit_no_further_than_an_open_window_holds(codec: AvroCodec) -> None:
+    """A window's records stay uncommitted while it is open: a consumer of the same group that
+    starts after a crash reads them again and rebuilds the window."""
+    broker = InMemoryBroker()
+    broker.ensure_topics()
+    producer = broker.producer()
+
+    def produce(ts: int) -> None:
+        datum = sample(ts, ["thread:7", "py:work (w.py:1)"], pid=7, tid=7)
+        producer.produce(names.RAW_STACK.name, b"7", codec.encode(names.RAW_STACK.record, datum))
+
+    width = SETTINGS.window_ms * 1_000_000
+    for i in range(3):
+        produce(i * S)  # window 0 stays open
+    step = ProfileStep(codec, SETTINGS)
+    runner = StepRunner(broker, [step])
+    runner.run_once(now_ns=0)
+    runner.run_once(now_ns=2 * S)  # a commit turn
+    again = drain(broker, step.group, (names.RAW_STACK.name,))
+    assert len(again) == 3, "the open window's records were committed"
+    # Past the window and its lateness: it closes, and its records may commit.
+    produce(width + SETTINGS.lateness_ms * 1_000_000 + S)
+    runner.run_once(now_ns=4 * S)
+    assert len(drain(broker, "check", (names.DERIVED_PROFILE.name,))) == 1
+    runner.run_once(now_ns=6 * S)
+    left = drain(broker, step.group, (names.RAW_STACK.name,))
+    assert len(left) == 1, "only the record of the window still open stays uncommitted"

@@ -1,0 +1,130 @@
+"""`zerotrace collector`: the probes of this node publishing to Kafka (the distributed mode),
+with a disk spool while Kafka is away."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+from zerotrace import settings
+from zerotrace.clock import SystemClock
+from zerotrace.codec import AvroCodec
+from zerotrace_cli.common import StopFlag, say
+from zerotrace_cli.kafka_wiring import kafka_bus, kafka_codec
+from zerotrace_cli.profiling_args import add_profiling_arguments
+from zerotrace_cli.socket_args import add_socket_arguments
+
+if TYPE_CHECKING:
+    from zerotrace.spooling_producer import SpoolingProducer
+    from zerotrace_cli.node_feeds import NodeFeeds
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "collector",
+        help="attach probes on this node and publish to Kafka",
+        description="File opens, and TCP traffic (syscalls and TLS plaintext) of the processes "
+        "named by --pid (and their children), --process or --cgroup, or of the ports named by "
+        "--port. Socket capture needs one of them here: unfiltered, it would capture Kafka's "
+        "own traffic, which carries what it captures.",
+    )
+    p.add_argument(
+        "--pid", type=int, default=0, help="observe only this process and the processes it starts"
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        action="append",
+        default=[],
+        help="TCP traffic on this port (repeatable)",
+    )
+    add_socket_arguments(p)
+    p.add_argument("--no-files", action="store_true", help="do not trace file opens")
+    p.add_argument("--no-sockets", action="store_true", help="do not capture TCP traffic")
+    p.add_argument("--no-tls", action="store_true", help="do not attach the TLS uprobes")
+    p.add_argument("--duration", type=float, default=0, help="stop after this many seconds")
+    p.add_argument(
+        "--spool-mb",
+        type=int,
+        default=1024,
+        help="while Kafka is away, keep up to this many MiB of records on disk under "
+        "$ZEROTRACE_HOME/spool and send them, in order, when it is back; past it records are "
+        "counted lost (default 1024)",
+    )
+    p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
+    add_profiling_arguments(p)
+    p.set_defaults(handler=collector)
+
+
+def collector(args: argparse.Namespace) -> int:
+    from zerotrace_cli.node_feeds import NO_SOCKET_FILTER, node_feeds
+    from zerotrace_collector.collector import monotonic_to_epoch_offset_ns, require_root
+
+    common = settings.load(settings.CommonSettings)
+    filtered = bool(args.pid or args.port or args.process or args.cgroup)
+    offset = monotonic_to_epoch_offset_ns()
+    sockets = filtered and not args.no_sockets
+    feeds = node_feeds(args, common.node_id, offset, follows=bool(args.pid), sockets=sockets)
+    if args.ebpf:
+        print("\n".join(feeds.programs()))
+        return 0
+    require_root()
+    if not filtered and not args.no_sockets:
+        say(NO_SOCKET_FILTER)
+    bus = kafka_bus(common)
+    producer = _collector_producer(bus, common, args.spool_mb)
+    for note in feeds.attach():
+        say(note)
+    if args.pid:
+        feeds.follow(args.pid)
+    say(f"collector attached ({feeds.names}); publishing to {common.kafka}")
+    return _publish(feeds, producer, kafka_codec(common.kafka), args.duration)
+
+
+def _publish(
+    feeds: NodeFeeds, producer: SpoolingProducer, codec: AvroCodec, duration: float
+) -> int:
+    """The collector's loop until SIGTERM/Ctrl-C or the duration, then its report."""
+    from zerotrace_collector.collector import Collector
+
+    col = Collector(feeds.feeds, producer, codec)
+    stop = StopFlag()
+    started = time.monotonic()
+    try:
+        while not stop:
+            if col.pump(100) == 0:
+                producer.tick()  # idle: the spool still goes on, an outage is still seen
+            if duration and time.monotonic() - started >= duration:
+                break
+    finally:
+        col.pump(0)
+        feeds.close()
+        pending = producer.flush(30)
+    lost = ", ".join(f"{k} {v}" for k, v in col.counters().items() if k != "published")
+    spooled = producer.spooled
+    kept = f" ({spooled} on disk in {producer.spool_folder}: sent next run)" if spooled else ""
+    say(
+        f"published {col.published} records, {pending} unacknowledged{kept}, "
+        f"{producer.failed} failed; {lost}"
+    )
+    if producer.failed and producer.last_error:
+        say(f"the last failure: {producer.last_error}")
+    return 0 if pending == spooled and producer.failed == 0 else 1
+
+
+def _collector_producer(
+    bus: Any, common: settings.CommonSettings, spool_mb: int
+) -> SpoolingProducer:
+    """The Kafka producer behind a disk spool, one folder per node id: a collector restarted
+    on the node sends what its predecessor kept."""
+    from zerotrace.spool_file import SpoolFile
+    from zerotrace.spooling_producer import SpoolingProducer
+
+    node = re.sub(r"[^A-Za-z0-9_.-]", "_", common.node_id)  # a node id is not a path
+    folder = common.home / "spool" / f"collector-{node}"
+    spool = SpoolFile(folder, max(0, spool_mb) * 1024 * 1024)
+    if spool.pending:
+        say(f"sending {spool.pending} records kept in {folder} by an earlier run first")
+    return SpoolingProducer(bus.producer(), spool, SystemClock())

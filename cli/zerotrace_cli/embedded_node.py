@@ -1,0 +1,165 @@
+"""The embedded node: collector, the stream steps, the indexer and the APIs in one process,
+over the in-process bus and the embedded DuckDB store. It owns the loop, the drain at the end
+and the summary; `zerotrace run` only parses arguments and hands them over."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from zerotrace import names, settings
+from zerotrace.bus_memory import InMemoryBroker
+from zerotrace.clock import SystemClock
+from zerotrace.codec import AvroCodec
+from zerotrace.cpu_priority import set_cpu_priority
+from zerotrace.schema_registry import InMemorySchemaRegistry
+from zerotrace.schemas import load_schema_dir
+from zerotrace.step_runner import StepRunner
+from zerotrace.store_duckdb import DuckDBStore
+from zerotrace_cli.common import StopFlag, profile_line, say, span_line
+from zerotrace_cli.node_feeds import NodeFeeds
+from zerotrace_cli.run_view import Summary, draw_live, llm_line
+
+LIVE_REFRESH_S = 1.0
+# Stopping: the last events must come out of the ring buffers and through every stage, which
+# on a busy machine may run seconds behind. After a child exits, and after --duration:
+CHILD_GRACE_S = 0.5
+DURATION_GRACE_S = 0.2
+DRAIN_LIMIT_S = 60.0  # at most this long past the grace while stages still move records
+
+
+class EmbeddedNode:
+    def __init__(
+        self,
+        feeds: NodeFeeds,
+        store_path: Path,
+        common: settings.CommonSettings,
+        keep: Callable[[Any], bool] | None,
+        output: str,
+    ) -> None:
+        """output: "live" (a table redrawn on a terminal), "lines" (a line per derived
+        record) or "quiet" (the summary only)."""
+        from zerotrace_collector.collector import Collector
+        from zerotrace_correlator.pipeline import CorrelatorStep
+        from zerotrace_profiler_agg.profile_step import ProfileStep
+        from zerotrace_profiler_agg.settings import ProfilerAggSettings
+        from zerotrace_query.indexer import Indexer
+
+        self.clock = SystemClock()
+        self.feeds = feeds
+        self.output = output
+        self.summary = Summary()
+        broker = InMemoryBroker(trim_committed=True)  # hold the backlog, not the history
+        broker.ensure_topics()
+        codec = AvroCodec(load_schema_dir(), InMemorySchemaRegistry())
+        self.store = DuckDBStore(str(store_path))
+        self.collector = Collector(feeds.feeds, broker.producer(), codec, keep=keep)
+        self.correlator = CorrelatorStep(codec)
+        self.profiles = ProfileStep(codec, settings.load(ProfilerAggSettings))
+        self.steps = StepRunner(broker, [self.correlator, self.profiles])
+        consumer = broker.consumer(names.GROUP_QUERY_INDEXER)
+        self.indexer = Indexer(
+            consumer, broker.producer(), self.store, codec, self.clock, self._on_document
+        )
+        self._apis: list[Any] = []
+
+    def serve(self, http_port: int, grpc_port: int) -> None:
+        from zerotrace_query.grpc_api import GrpcApi
+        from zerotrace_query.http_api import HttpApi
+
+        http = HttpApi(self.store, host="127.0.0.1", port=http_port).start()
+        grpc = GrpcApi(self.store, port=grpc_port).start()
+        self._apis = [http, grpc]
+        say(
+            f"web page {http.url}/  API {http.url}/api/v1/llm/requests  gRPC {grpc.address};"
+            " Ctrl-C stops"
+        )
+
+    def run(
+        self,
+        stop: StopFlag,
+        child: subprocess.Popen[bytes] | None,
+        duration_s: float,
+        cpu_priority: str,
+    ) -> int:
+        """Observe until Ctrl-C/SIGTERM, the child's exit or the duration; then drain every
+        stage and report what was in flight. Returns the child's exit code (0 without one)."""
+        started = last_draw = time.monotonic()
+        drain_until: float | None = None
+        exit_code = 0
+        catching_up = False
+        while not stop:
+            moved = self.step_once()
+            catching_up = self._steer_priority(cpu_priority, catching_up)
+            now = time.monotonic()
+            if self.output == "live" and now - last_draw >= LIVE_REFRESH_S:
+                last_draw = now
+                draw_live(self.summary, now - started)
+            if child is not None and drain_until is None and child.poll() is not None:
+                exit_code = child.returncode
+                drain_until = now + CHILD_GRACE_S
+            if duration_s and now - started >= duration_s and drain_until is None:
+                drain_until = now + DURATION_GRACE_S
+            if _drained(drain_until, now, moved):
+                break
+        self.finish()
+        return exit_code
+
+    def step_once(self) -> int:
+        """One turn of the loop: feeds -> bus -> steps -> store; how many records moved."""
+        moved = self.collector.pump(50)
+        moved += self.steps.run_once(self.clock.now_ns())
+        return moved + self.indexer.run_once(0)
+
+    def finish(self) -> None:
+        """End of observation: exchanges still open are reported (incomplete, with the
+        reason), windows close, and everything is indexed."""
+        self.steps.finish(self.clock.now_ns(), "end of observation")
+        while self.indexer.run_once(0):
+            pass
+
+    def close(self) -> None:
+        self.feeds.close()
+        for api in self._apis:
+            api.stop()
+        self.store.close()
+
+    def summary_lines(self) -> list[str]:
+        correlator = self.correlator.counters()
+        dead_letters = sum(c["dead_letters"] for c in self.steps.counters().values())
+        dead_letters += self.indexer.dead_letters
+        http = {k: v for k, v in correlator.items() if k.startswith("http.")}
+        return self.summary.lines(dead_letters, self.collector.counters(), http)
+
+    def _steer_priority(self, cpu_priority: str, catching_up: bool) -> bool:
+        """Idle priority keeps zerotrace out of the observed programs' way, but when the
+        socket ring is left full after a poll (a burst: a large download) it competes
+        normally until it caught up, rather than lose what comes next."""
+        probe = self.feeds.socket_probe
+        if cpu_priority != "idle" or probe is None or probe.backlog == catching_up:
+            return catching_up
+        set_cpu_priority("normal" if probe.backlog else "idle")
+        return bool(probe.backlog)
+
+    def _on_document(self, index: str, doc: dict[str, Any]) -> None:
+        self.summary.add(index, doc)
+        if self.output == "lines":
+            line = {names.INDEX_LLM: llm_line, names.INDEX_PROFILES: profile_line}.get(index)
+            print((line or span_line)(doc), flush=True)
+
+
+def _drained(drain_until: float | None, now: float, moved: int) -> bool:
+    """Stopping, past the grace, and every stage is idle (or the drain took too long)."""
+    if drain_until is None or now < drain_until:
+        return False
+    return not moved or now >= drain_until + DRAIN_LIMIT_S
+
+
+def output_mode(quiet: bool, lines: bool) -> str:
+    if quiet:
+        return "quiet"
+    return "live" if sys.stdout.isatty() and not lines else "lines"

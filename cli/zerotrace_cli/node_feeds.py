@@ -1,0 +1,93 @@
+"""The probes and feeds of one node, assembled from the command line: one function for both
+`zerotrace run` (embedded) and `zerotrace collector` (distributed), so the two cannot drift."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from zerotrace_cli.common import BPF_DIR
+from zerotrace_cli.profiling_args import follow as follow_profiled
+from zerotrace_cli.profiling_args import profiling_feeds, profiling_notes
+from zerotrace_cli.socket_args import socket_options
+
+if TYPE_CHECKING:
+    from zerotrace_collector.feeds import Feed
+    from zerotrace_collector.probes.socket import SocketProbe
+
+NO_SOCKET_FILTER = (
+    "socket capture off: give --pid, --port, --process or --cgroup "
+    "(unfiltered it would see Kafka's traffic)"
+)
+
+
+@dataclass
+class NodeFeeds:
+    """Every feed of the node, GPU first (see profiling_feeds), and the socket probe when
+    TCP traffic is captured (its ring's backlog steers `zerotrace run`'s CPU priority)."""
+
+    feeds: list[Feed]
+    socket_probe: SocketProbe | None
+    profiling: list[Any]
+
+    @property
+    def names(self) -> str:
+        return ", ".join(feed.name for feed in self.feeds)
+
+    def programs(self) -> list[str]:
+        """The final eBPF programs, for the hidden --ebpf flag."""
+        return [str(feed.probe.program_text()) for feed in self.feeds]  # type: ignore[attr-defined]
+
+    def attach(self) -> list[str]:
+        """Compile and attach every probe (ProbeUnavailable says in one line what could not);
+        returns one line for each part this kernel cannot do."""
+        for feed in self.feeds:
+            feed.attach()
+        socket_notes = self.socket_probe.notes if self.socket_probe is not None else []
+        return [*socket_notes, *profiling_notes(self.profiling)]
+
+    def follow(self, pid: int) -> None:
+        """Observe pid and what it starts from now on (after attach)."""
+        if self.socket_probe is not None:
+            self.socket_probe.follow_pid(pid)
+        follow_profiled(self.profiling, pid)
+
+    def close(self) -> None:
+        for feed in self.feeds:
+            feed.close()
+
+
+def node_feeds(
+    args: argparse.Namespace,
+    node_id: str,
+    mono_to_epoch_ns: int,
+    *,
+    follows: bool,
+    sockets: bool = True,
+) -> NodeFeeds:
+    """Feeds for the options `args` carries (--pid, --port, socket filters, --no-files,
+    --no-tls, profiling). follows: only processes given to `follow` (and their children) are
+    captured in the kernel; sockets: capture TCP traffic at all."""
+    from zerotrace_collector.feeds import FileOpenFeed, SocketFeed
+    from zerotrace_collector.probes.fileio import FileOpenProbe
+    from zerotrace_collector.probes.socket import SocketProbe
+    from zerotrace_collector.probes.tls import find_libssl
+
+    feeds: list[Any] = []
+    socket_probe = None
+    if sockets:
+        socket_probe = SocketProbe(
+            BPF_DIR,
+            follow=follows,
+            ports=args.port,
+            tls=not args.no_tls,
+            libssl=None if args.no_tls else find_libssl(),
+            **socket_options(args),
+        )
+        feeds.append(SocketFeed(socket_probe, node_id, mono_to_epoch_ns))
+    if not args.no_files:
+        probe = FileOpenProbe(BPF_DIR, pid_filter=args.pid)
+        feeds.append(FileOpenFeed(probe, node_id, mono_to_epoch_ns))
+    profiling = profiling_feeds(args, BPF_DIR, node_id, mono_to_epoch_ns, follows=follows)
+    return NodeFeeds(profiling + feeds, socket_probe, profiling)
