@@ -20,7 +20,6 @@ from typing import Any
 
 from zerotrace import names
 from zerotrace.bus import Message
-from zerotrace.clock import ManualClock
 from zerotrace.codec import AvroCodec
 from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir

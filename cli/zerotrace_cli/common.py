@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from zerotrace import names
 from zerotrace.settings import REPO_ROOT
 
 BPF_DIR = REPO_ROOT / "bpf"
@@ -40,7 +41,8 @@ def span_line(doc: dict[str, Any]) -> str:
     """One human line for a span: time, process, what, outcome, duration."""
     when = datetime.fromtimestamp(doc["start_ns"] / 1e9, UTC).strftime("%H:%M:%S.%f")
     attrs = doc.get("attributes") or {}
-    outcome = attrs.get("error.type") or (f"fd {attrs['file.fd']}" if "file.fd" in attrs else "")
+    fd = attrs.get(names.ATTR_FILE_FD)
+    outcome = attrs.get(names.ATTR_ERROR_TYPE) or (f"fd {fd}" if fd is not None else "")
     micros = (doc["end_ns"] - doc["start_ns"]) / 1000
     return (
         f"{when} {doc['process_name']}[{doc['pid']}/{doc['tid']}] {doc['name']}"

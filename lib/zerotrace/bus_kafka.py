@@ -217,35 +217,37 @@ def _message(msg: Any) -> Message:
 
 
 def read_topic_from_start(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[Message]:
-    """Every message now on a topic, read without a group (for the schema topic and tests)."""
+    """Every committed message now on a topic, read without a group (for the schema topic and
+    tests). A partition is done at its end: records of transactions still open or aborted,
+    and the transactions' markers, are never delivered (read_committed), so the end is
+    reported by the consumer (partition EOF), not reached by counting offsets."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "zerotrace-reader",
             "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
         }
     )
     try:
         meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
         if meta is None or meta.error is not None:
             return []
-        ends: dict[int, int] = {}
-        for p in meta.partitions:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
-            if high > 0:
-                ends[p] = high
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
         out: list[Message] = []
-        done = {p: False for p in ends}
+        done = dict.fromkeys(meta.partitions, False)
         deadline = time.monotonic() + timeout_s
         while not all(done.values()) and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
+            if msg is None:
                 continue
-            message = _message(msg)
-            out.append(message)
-            if message.offset + 1 >= ends[message.partition]:
-                done[message.partition] = True
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    done[msg.partition()] = True
+                continue
+            out.append(_message(msg))
         return out
     finally:
         consumer.close()

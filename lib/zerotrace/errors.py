@@ -2,6 +2,9 @@
 
 A person sees `str(error)`: one line that says what went wrong and what to do, never a
 traceback, so messages are written as full sentences with the fix in them.
+
+A service's own errors live in its ``errors.py`` (``zerotrace_collector.errors``), each a
+subclass of one class here, so a handler written against these catches them too.
 """
 
 

@@ -1,27 +1,30 @@
 """The one faust shell: a faust worker over Kafka around any Step (step.py). No logic here.
 
-Delivery (the choice and why, see README "Delivery"): faust publishes on commit
-(`stream_publish_on_commit`): what `process` returns for a message is attached to it and
-produced, and acknowledged by Kafka, when the commit reaches that message's offset, before the
-offset is committed. The shell acknowledges a message to faust only once the step's `held()`
-no longer names it, so the committed offset never passes a record that open state (an
-exchange in flight, an open window) was built from. A worker that dies, even by SIGKILL, or
-that loses its partitions in a rebalance, is followed by one that reads from the committed
-offset, rebuilds the same state from the same records and produces what was never published:
-nothing in flight is lost, and what the step derives again was not published before.
+faust runs the worker: group membership, partition assignment, fetching, the agent and the
+timer on one event loop. Delivery is the shell's own, with a Kafka transaction (aiokafka's
+transactional producer, which faust itself is built on) once a second:
 
-At a revocation (and at shutdown) the shell therefore does not flush the step: reporting the
-exchanges in flight as incomplete would publish a record that the next owner, replaying them
-whole, publishes complete. It drops the step's state and what is attached to uncommitted
-offsets, and starts a new step; the partitions' next owner, this worker or another, rebuilds.
+- the outputs of every message processed since the last transaction, and of the ticks;
+- each input partition's offset, committed no further than the step's `held()` allows (the
+  first record of an exchange in flight, of a window still open);
+- as that offset's metadata, the last offset processed on the partition (its *progress*).
 
-What `tick` returns is tied to no message: it is produced at once and waited for before any
-message it released is acknowledged.
+All three commit or none does. faust itself never commits (nothing is acknowledged to it).
+A worker that dies, even by SIGKILL, or that loses its partitions in a rebalance, is followed
+by one that reads each partition from the committed offset and rebuilds the same state from
+the same records; what it derives from records at or below the progress was published by its
+predecessor, so it is dropped. Nothing in flight is lost and nothing is published twice
+(tests/unit/test_step.py checks this for every commit point). A SIGTERM is no different: the
+outputs of the last second are derived again by the next owner, complete; the step is never
+flushed into incomplete records that another worker would publish complete.
+
+Readers of the derived topics must read committed records only (the default of
+confluent-kafka and of the indexer); an aborted transaction's records stay invisible.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -29,8 +32,10 @@ from zerotrace.bus import Message
 from zerotrace.clock import Clock
 from zerotrace.step import Output, Step
 
-TICK_INTERVAL_S = 1.0  # as the embedded runner's tick
-COMMIT_INTERVAL_S = 1.0  # the latency the shell adds: outputs go out with the commit
+TICK_INTERVAL_S = 1.0  # as the embedded runner's tick; a transaction follows each tick
+# A worker killed mid-transaction leaves it open, and read_committed readers wait behind it
+# until the broker aborts it: this long at most.
+TRANSACTION_TIMEOUT_MS = 10_000
 
 
 def make_faust_app(app_id: str, bootstrap: str) -> Any:
@@ -46,10 +51,9 @@ def make_faust_app(app_id: str, bootstrap: str) -> Any:
         autodiscover=False,
         store="memory://",
         producer_acks=-1,  # acks=all, as the collector's producer
-        broker_commit_interval=COMMIT_INTERVAL_S,
-        stream_publish_on_commit=True,  # outputs acknowledged before their input commits
-        # Held messages stay unacknowledged on purpose; a rebalance must not wait for them.
-        stream_wait_empty=False,
+        stream_wait_empty=False,  # nothing is acknowledged to faust: never wait for it
+        # faust commits nothing here (the shell's transactions do): no livelock warnings.
+        broker_commit_livelock_soft_timeout=10**9,
     )
 
 
@@ -65,79 +69,135 @@ def bus_message(faust_message: Any) -> Message:
 
 
 class StepWorker:
-    """The state the shell keeps beside the step: messages taken but not yet acknowledged,
-    per partition in offset order. Exposed (`app.zerotrace_worker`) for tests and status."""
+    """What the shell keeps beside the step (pure): outputs waiting for the next transaction,
+    the last offset taken per partition, and the progress a predecessor recorded (whose
+    outputs are dropped). Exposed as `app.zerotrace_worker` for tests and status."""
 
     def __init__(self, make_step: Callable[[], Step], step: Step | None = None) -> None:
         self._make_step = make_step
         self.step = step or make_step()
-        self.unacked: dict[Any, deque[Any]] = {}  # faust TP -> events in offset order
-        self.restarts = 0
+        self.pending: list[Output] = []
+        self.taken: dict[tuple[str, int], int] = {}
+        self.published: dict[tuple[str, int], int] = {}
+        self.dropped = 0  # outputs a predecessor had published already
 
-    def took(self, event: Any) -> None:
-        self.unacked.setdefault(event.message.tp, deque()).append(event)
+    def process(self, message: Message) -> None:
+        where = (message.topic, message.partition)
+        outputs = self.step.process(message)
+        self.taken[where] = message.offset
+        if message.offset <= self.published.get(where, -1):
+            self.dropped += len(outputs)
+        else:
+            self.pending += outputs
 
-    def release(self) -> int:
-        """Acknowledge every message below what the step still holds; returns how many."""
+    def tick(self, now_ns: int) -> None:
+        self.pending += self.step.tick(now_ns)
+
+    def commit_plan(self) -> tuple[list[Output], dict[tuple[str, int], tuple[int, int]]]:
+        """What the next transaction carries: the outputs, and per partition the offset to
+        commit and the progress. The outputs are handed over (no longer pending)."""
         held = self.step.held()
-        released = 0
-        for tp, events in self.unacked.items():
-            low = held.get((tp.topic, tp.partition))
-            while events and (low is None or events[0].message.offset < low):
-                events.popleft().ack()
-                released += 1
-        return released
+        offsets = {}
+        for where, last in self.taken.items():
+            progress = max(last, self.published.get(where, -1))
+            offsets[where] = (min(last + 1, held.get(where, last + 1)), progress)
+        outputs, self.pending = self.pending, []
+        return outputs, offsets
 
-    def restart(self) -> None:
-        """Partitions revoked: forget the state; their next owner rebuilds it from Kafka."""
+    def restart(self, published: dict[tuple[str, int], int]) -> None:
+        """Partitions assigned anew: a new step, the predecessors' progress as given."""
         self.step = self._make_step()
-        self.unacked.clear()
-        self.restarts += 1
+        self.pending = []
+        self.taken = {}
+        self.published = dict(published)
 
 
 def step_app(make_step: Callable[[], Step], bootstrap: str, clock: Clock) -> Any:
-    """A faust app running the step made by `make_step` (called again after a revocation)."""
+    """A faust app running the step made by `make_step` (made again at every assignment)."""
     first = make_step()
     app = make_faust_app(first.group, bootstrap)
     worker = StepWorker(make_step, first)
-    source = app.topic(*first.input_topics)
-    topics: dict[str, Any] = {}
+    transactions = _Transactions(bootstrap, first.group)
 
-    def topic(name: str) -> Any:
-        return topics.setdefault(name, app.topic(name))
-
-    @app.agent(source, name=first.group)
+    @app.agent(app.topic(*first.input_topics), name=first.group)
     async def run(stream: Any) -> None:
-        # No await suspends between process and attaching its outputs (attaching completes
-        # at once), so a revocation never falls between a message and its outputs.
         async for event in stream.noack().events():
-            for out in worker.step.process(bus_message(event.message)):
-                await topic(out.topic).send(key=out.key, value=out.value)
-            worker.took(event)
+            worker.process(bus_message(event.message))
 
     @app.timer(interval=TICK_INTERVAL_S)
     async def tick() -> None:
-        await _send_now(topic, worker.step.tick(clock.now_ns()))
-        worker.release()
+        worker.tick(clock.now_ns())
+        await transactions.commit(*worker.commit_plan())
 
-    @app.on_partitions_revoked.connect
-    async def on_revoked(app_: Any, revoked: Any, **_: Any) -> None:
-        # Attached outputs of uncommitted offsets would be published when a later commit of
-        # the same partition (after it came back) passes them, beside their replayed twins.
-        for tp in revoked:
-            app_._attachments._pending.pop(tp, None)
-        worker.restart()
+    @app.on_partitions_assigned.connect
+    async def on_assigned(app_: Any, assigned: Any, **_: Any) -> None:
+        wheres = [(tp.topic, tp.partition) for tp in assigned]
+        worker.restart(transactions.progress(wheres))
 
     app.zerotrace_worker = worker
     return app
 
 
-async def _send_now(topic: Callable[[str], Any], outputs: list[Output]) -> None:
-    pending = [
-        await topic(out.topic).send(key=out.key, value=out.value, force=True) for out in outputs
-    ]
-    for future in pending:
-        await future
+class _Transactions:
+    """The transactional producer (started on first use, inside faust's event loop) and the
+    read of a group's recorded progress."""
+
+    def __init__(self, bootstrap: str, group: str) -> None:
+        self._bootstrap = bootstrap
+        self._group = group
+        self._producer: Any = None
+
+    async def commit(
+        self, outputs: list[Output], offsets: dict[tuple[str, int], tuple[int, int]]
+    ) -> None:
+        """Raises on failure: the worker then stops, and its successor replays."""
+        from aiokafka.structs import OffsetAndMetadata, TopicPartition
+
+        if not outputs and not offsets:
+            return
+        producer = await self._started()
+        async with producer.transaction():
+            for out in outputs:
+                await producer.send(out.topic, value=out.value, key=out.key)
+            commits = {
+                TopicPartition(topic, partition): OffsetAndMetadata(offset, str(progress))
+                for (topic, partition), (offset, progress) in offsets.items()
+            }
+            if commits:
+                await producer.send_offsets_to_transaction(commits, self._group)
+
+    def progress(self, wheres: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The progress committed with each partition's offset (none: nothing published)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        if not wheres:
+            return {}
+        reader = Consumer({"bootstrap.servers": self._bootstrap, "group.id": self._group})
+        try:
+            committed = reader.committed([TopicPartition(t, p) for t, p in wheres], timeout=30)
+        finally:
+            reader.close()
+        return {
+            (tp.topic, tp.partition): int(tp.metadata)
+            for tp in committed
+            if tp.offset >= 0 and (tp.metadata or "").lstrip("-").isdigit()
+        }
+
+    async def _started(self) -> Any:
+        if self._producer is None:
+            from aiokafka import AIOKafkaProducer
+
+            # A new id per worker process: a dead worker's open transaction is aborted by the
+            # broker after the timeout instead of fencing a live namesake.
+            self._producer = AIOKafkaProducer(
+                bootstrap_servers=self._bootstrap,
+                transactional_id=f"{self._group}-{uuid.uuid4().hex}",
+                transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+                enable_idempotence=True,
+                acks="all",
+            )
+            await self._producer.start()
+        return self._producer
 
 
 def run_worker(app: Any, loglevel: str = "warning") -> None:

@@ -1,7 +1,9 @@
-"""The one registry of names: topics, their keys and retention, index names, consumer groups.
+"""The one registry of names: topics, their keys and retention, index names, consumer groups,
+span kinds and attribute keys.
 
-Nothing else in the code spells a topic or index name as a string literal; docker-compose.yml
-and the README are checked against this module by tests.
+Nothing else in the code spells one of these names as a string literal, and every name here is
+read somewhere in the code (tests/unit/test_names.py checks both); docker-compose.yml and the
+README are checked against this module by tests.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ SCHEMAS = Topic("_zerotrace.schemas", "", "fingerprint", 1, -1, compacted=True)
 RAW_TOPICS = (RAW_SOCKET, RAW_CONN, RAW_FILEIO, RAW_STACK, RAW_GPU, RAW_GPUMETRICS, RAW_RDMA)
 DERIVED_TOPICS = (DERIVED_SPAN, DERIVED_LLM, DERIVED_TRACE, DERIVED_PROFILE)
 ALL_TOPICS = (*RAW_TOPICS, *DERIVED_TOPICS, DEAD_LETTER, SCHEMAS)
+# What the query service indexes: the derived topics something writes. derived.trace is created
+# with the others and its schema exists, but nothing writes it until trace assembly (a later
+# issue) and the query service has no index for its records; it joins this tuple with that index.
+INDEXED_TOPICS = (DERIVED_SPAN, DERIVED_LLM, DERIVED_PROFILE)
 
 
 def topic_named(name: str) -> Topic:
@@ -55,46 +61,48 @@ def topic_named(name: str) -> Topic:
     raise KeyError(f"no topic named {name!r} in the registry")
 
 
-# Store indices, one per derived record kind. The prefix lets a replay write beside live data.
+# Store indices, one per indexed record kind. Each store puts the prefix before the name: a
+# replay given another prefix writes beside live data.
 INDEX_PREFIX = "zerotrace-"
 INDEX_SPANS = "spans"
 INDEX_LLM = "llm"
-INDEX_TRACE_EDGES = "trace-edges"
 INDEX_PROFILES = "profiles"
-INDEX_FOR_TOPIC = {
-    DERIVED_SPAN.name: INDEX_SPANS,
-    DERIVED_LLM.name: INDEX_LLM,
-    DERIVED_TRACE.name: INDEX_TRACE_EDGES,
-    DERIVED_PROFILE.name: INDEX_PROFILES,
-}
 
 # Consumer groups (and faust app ids).
 GROUP_CORRELATOR = "zerotrace-correlator"
 GROUP_PROFILER_AGG = "zerotrace-profiler-agg"
 GROUP_QUERY_INDEXER = "zerotrace-query-indexer"
 
-# Service names as the CLI, docker-compose.yml and logs spell them.
-SERVICES = ("collector", "correlator", "profiler-agg", "query")
-
-# Span kinds and attribute keys. OpenTelemetry semantic-convention names where one exists.
+# Span kinds and attribute keys: OpenTelemetry semantic-convention names where one exists
+# (general, HTTP, GenAI), zerotrace.* for what is zerotrace's own.
 SPAN_KIND_HTTP_CLIENT = "http.client"
 SPAN_KIND_HTTP_SERVER = "http.server"
 SPAN_KIND_FILE_OPEN = "file.open"
-ATTR_FILE_PATH = "file.path"
 ATTR_PROCESS_PID = "process.pid"
 ATTR_THREAD_ID = "thread.id"
 ATTR_PROCESS_NAME = "process.executable.name"
 ATTR_ERROR_TYPE = "error.type"
-ATTR_GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
-ATTR_GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
-ATTR_GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+ATTR_FILE_PATH = "file.path"
+# No OpenTelemetry name for these two: the flags open(2) got, the descriptor it returned.
+ATTR_FILE_OPEN_FLAGS = "file.open.flags"
+ATTR_FILE_FD = "file.fd"
 ATTR_HTTP_METHOD = "http.request.method"
 ATTR_HTTP_STATUS = "http.response.status_code"
+ATTR_HTTP_REQUEST_BODY_SIZE = "http.request.body.size"
+ATTR_HTTP_RESPONSE_BODY_SIZE = "http.response.body.size"
+ATTR_NETWORK_PROTOCOL_VERSION = "network.protocol.version"
 ATTR_URL_PATH = "url.path"
 ATTR_SERVER_ADDRESS = "server.address"
 ATTR_SERVER_PORT = "server.port"
 ATTR_CLIENT_ADDRESS = "client.address"
 ATTR_CLIENT_PORT = "client.port"
-# OpenTelemetry GenAI metric names, used by the metric exports and the API.
-METRIC_TTFT = "gen_ai.server.time_to_first_token"
-METRIC_TPOT = "gen_ai.server.time_per_output_token"
+ATTR_GEN_AI_OPERATION = "gen_ai.operation.name"
+ATTR_GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+ATTR_GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+ATTR_GEN_AI_FINISH_REASONS = "gen_ai.response.finish_reasons"
+ATTR_GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+ATTR_GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+ATTR_OBSERVATION_POINT = "zerotrace.observation_point"  # client, server or network
+ATTR_SOURCE_EVENTS = "zerotrace.source_events"  # raw events in all; the id list is capped
+ATTR_ERROR_MESSAGE = "zerotrace.error"
+ATTR_CAPTURE_GAP = "zerotrace.capture.truncated"

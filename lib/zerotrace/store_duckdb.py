@@ -18,6 +18,7 @@ from typing import Any
 
 import duckdb
 
+from zerotrace import names
 from zerotrace.errors import ConfigError, TransientIO
 from zerotrace.store import BulkResult, Document, IndexSpec, Query
 from zerotrace.store_rules import (
@@ -65,7 +66,7 @@ def _where(query: Query) -> tuple[str, list[Any]]:
 
 
 class DuckDBStore:
-    def __init__(self, path: str = ":memory:", prefix: str = "zerotrace-") -> None:
+    def __init__(self, path: str = ":memory:", prefix: str = names.INDEX_PREFIX) -> None:
         self._prefix = prefix
         self._lock = threading.Lock()
         self._specs: dict[str, IndexSpec] = {}

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_errors
 
+from zerotrace import names
 from zerotrace.errors import ConfigError, TransientIO
 from zerotrace.store import BulkResult, Document, FieldType, IndexSpec, Query
 from zerotrace.store_rules import (
@@ -152,7 +153,9 @@ def bulk_failures(sent: Sequence[str], response: Mapping[str, Any]) -> list[tupl
 
 
 class OpenSearchStore:
-    def __init__(self, url: str = "http://127.0.0.1:9200", prefix: str = "zerotrace-") -> None:
+    def __init__(
+        self, url: str = "http://127.0.0.1:9200", prefix: str = names.INDEX_PREFIX
+    ) -> None:
         self._url = url
         self._prefix = prefix
         self._specs: dict[str, IndexSpec] = {}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.ebpf_required import require_ebpf
+from tests.harness.services import Service
 from zerotrace import names
 from zerotrace.bus_kafka import KafkaBus, read_topic_from_start
 from zerotrace.codec import AvroCodec
@@ -41,40 +41,6 @@ WORKLOAD = textwrap.dedent(
         os.close(os.open(path, os.O_RDONLY))
     """
 )
-
-
-class Service:
-    def __init__(self, name: str, args: list[str], env: dict[str, str], logs: Path) -> None:
-        self.name = name
-        self.log = logs / f"{name}.log"
-        with open(self.log, "w") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "zerotrace_cli", *args],
-                cwd=REPO,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def wait_for(self, text: str, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if text in self.log.read_text():
-                return
-            assert self.proc.poll() is None, f"{self.name} exited: {self.log.read_text()[-2000:]}"
-            time.sleep(0.2)
-        raise AssertionError(f"{self.name}: no {text!r} in {timeout_s}s: {self.log.read_text()}")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            # Detaching eBPF probes waits for RCU grace periods, ~0.1 s per probe on an idle
-            # machine and many times that on a loaded one (a collector has dozens).
-            return self.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return -9
 
 
 @dataclass

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from tests.e2e.llm_fixtures import REPO, REQUESTS, Server, free_port, load_command, start_server
-from tests.e2e.test_distributed_slice import Service
 from tests.ebpf_required import require_ebpf
 from tests.harness.accuracy import compare, worst_errors
+from tests.harness.services import Service
 
 require_ebpf()
 

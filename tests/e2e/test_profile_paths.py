@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.llm_fixtures import free_port
-from tests.e2e.test_distributed_slice import Service
 from tests.ebpf_required import require_ebpf
 from tests.harness.fake_cuda.build import build_fake_cuda
+from tests.harness.services import Service
 from zerotrace import names
 from zerotrace.bus_kafka import read_topic_from_start
 from zerotrace.bus_memory import InMemoryBroker

@@ -24,17 +24,15 @@ import pytest
 
 from tests.ebpf_required import require_ebpf
 from zerotrace_collector.cgroup import cgroup2_of_path, cgroup2_root
-from zerotrace_collector.probes.socket import SocketProbe
-from zerotrace_collector.probes.socket_decode import (
+from zerotrace_collector.probes.event_layout import (
     F_TCP_SEQ,
     ConnKind,
-    ConnSample,
     Direction,
-    SocketDataSample,
-    SocketSample,
     SockOp,
     Source,
 )
+from zerotrace_collector.probes.socket import SocketProbe
+from zerotrace_collector.probes.socket_decode import ConnSample, SocketDataSample, SocketSample
 
 pytestmark = pytest.mark.kernel
 

@@ -19,15 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.ebpf_required import ebpf_missing, require
+from zerotrace_collector.probes.event_layout import ConnKind, Direction, Source
 from zerotrace_collector.probes.socket import SocketProbe
-from zerotrace_collector.probes.socket_decode import (
-    ConnKind,
-    ConnSample,
-    Direction,
-    SocketDataSample,
-    SocketSample,
-    Source,
-)
+from zerotrace_collector.probes.socket_decode import ConnSample, SocketDataSample, SocketSample
 from zerotrace_collector.probes.tls import find_libssl
 
 pytestmark = pytest.mark.kernel

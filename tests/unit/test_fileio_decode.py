@@ -11,14 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zerotrace_collector.probes.fileio_decode import (
-    EVENT_SIZE,
-    ZT_EVENT_FILE_OPEN,
-    FileOpenSample,
-    MalformedEvent,
-    decode_file_open,
-    peek_type,
-)
+from zerotrace_collector.errors import MalformedEvent
+from zerotrace_collector.probes.event_layout import ZT_EVENT_FILE_OPEN, peek_type
+from zerotrace_collector.probes.fileio_decode import EVENT_SIZE, FileOpenSample, decode_file_open
 
 pytestmark = pytest.mark.unit
 

@@ -10,19 +10,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from zerotrace_collector.errors import MalformedEvent
+from zerotrace_collector.probes.event_layout import ZT_EVENT_GPU_CALL, ZT_EVENT_GPU_LIB, PyStatus
 from zerotrace_collector.probes.gpu_decode import (
     GPU_APIS,
-    ZT_EVENT_GPU_CALL,
-    ZT_EVENT_GPU_LIB,
     ApiKind,
     GpuCallSample,
     GpuLibSample,
-    MalformedEvent,
     api_named,
     call_size,
     decode_gpu_event,
 )
-from zerotrace_collector.probes.profile_decode import PyStatus
 
 pytestmark = pytest.mark.unit
 

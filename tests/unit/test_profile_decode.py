@@ -8,13 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zerotrace_collector.probes.profile_decode import (
-    EVENT_OFF_CPU,
-    EVENT_ON_CPU,
-    MalformedEvent,
-    ProfileLayout,
-    PyStatus,
-)
+from zerotrace_collector.errors import MalformedEvent
+from zerotrace_collector.probes.event_layout import ZT_EVENT_OFF_CPU as EVENT_OFF_CPU
+from zerotrace_collector.probes.event_layout import ZT_EVENT_ON_CPU as EVENT_ON_CPU
+from zerotrace_collector.probes.event_layout import PyStatus
+from zerotrace_collector.probes.profile_decode import ProfileLayout
 
 pytestmark = pytest.mark.unit
 

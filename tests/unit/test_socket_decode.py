@@ -9,18 +9,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zerotrace_collector.probes.socket_decode import (
-    CONN_EVENT_SIZE,
-    DATA_HEADER_SIZE,
+from zerotrace_collector.errors import MalformedEvent
+from zerotrace_collector.probes.event_layout import (
     F_CIPHERTEXT,
     ZT_EVENT_SOCK_DATA,
     ConnKind,
-    ConnSample,
     Direction,
-    MalformedEvent,
-    SocketDataSample,
     SockOp,
     Source,
+)
+from zerotrace_collector.probes.socket_decode import (
+    CONN_EVENT_SIZE,
+    DATA_HEADER_SIZE,
+    ConnSample,
+    SocketDataSample,
     decode_conn,
     decode_socket_data,
     decode_socket_event,

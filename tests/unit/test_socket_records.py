@@ -10,14 +10,8 @@ import pytest
 from fastavro import parse_schema
 from fastavro.validation import validate
 
-from zerotrace_collector.probes.socket_decode import (
-    ConnKind,
-    ConnSample,
-    Direction,
-    SocketDataSample,
-    SockOp,
-    Source,
-)
+from zerotrace_collector.probes.event_layout import ConnKind, Direction, SockOp, Source
+from zerotrace_collector.probes.socket_decode import ConnSample, SocketDataSample
 from zerotrace_collector.proc_net import UNKNOWN, Endpoints
 from zerotrace_collector.socket_records import conn_event_record, conn_id, socket_data_record
 

@@ -63,7 +63,7 @@ class Collector:
                         self.backpressure += 1  # wait for the broker rather than drop
                         self._producer.flush(1.0)
                 published += 1
-        self.published += published
+                self.published += 1  # at once: a later record's failure must not hide it
         return published
 
     def counters(self) -> dict[str, int]:

@@ -55,16 +55,16 @@ class FileOpenFeed:
     follows = False
 
     def __init__(self, probe: FileOpenProbe, node_id: str, mono_to_epoch_ns: int) -> None:
-        self._probe = probe
+        self.probe = probe
         self._node_id = node_id
         self._offset_ns = mono_to_epoch_ns
 
     def attach(self) -> None:
-        self._probe.attach()
+        self.probe.attach()
 
     def poll(self, timeout_ms: int) -> list[RawRecord]:
         out = []
-        for sample in self._probe.poll(timeout_ms):
+        for sample in self.probe.poll(timeout_ms):
             datum = file_open_record(
                 sample, self._node_id, self._offset_ns, container_id_of(sample.pid)
             )
@@ -76,10 +76,10 @@ class FileOpenFeed:
         return out
 
     def counters(self) -> dict[str, int]:
-        return {"malformed": self._probe.malformed, "lost": self._probe.lost}
+        return {"malformed": self.probe.malformed, "lost": self.probe.lost}
 
     def close(self) -> None:
-        self._probe.close()
+        self.probe.close()
 
 
 class SocketFeed:

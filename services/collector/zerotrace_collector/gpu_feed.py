@@ -23,9 +23,9 @@ from typing import Any, Final, Protocol
 from zerotrace import names
 from zerotrace_collector.cgroup import ContainerIds, container_id_of
 from zerotrace_collector.feeds import RawRecord
+from zerotrace_collector.probes.event_layout import PyStatus
 from zerotrace_collector.probes.gpu import GpuProbe
 from zerotrace_collector.probes.gpu_decode import GpuCallSample
-from zerotrace_collector.probes.profile_decode import PyStatus
 from zerotrace_collector.python_procs import process_start_time
 from zerotrace_collector.python_symbols import PythonSymbols
 from zerotrace_collector.python_threads import ThreadStateRefill

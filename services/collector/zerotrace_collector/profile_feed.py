@@ -20,8 +20,9 @@ from typing import Any, Protocol
 from zerotrace import names
 from zerotrace_collector.cgroup import ContainerIds
 from zerotrace_collector.feeds import RawRecord
+from zerotrace_collector.probes.event_layout import PyStatus
 from zerotrace_collector.probes.profile import ProfileProbe
-from zerotrace_collector.probes.profile_decode import ProfileSample, PyStatus
+from zerotrace_collector.probes.profile_decode import ProfileSample
 from zerotrace_collector.python_procs import PythonProcess, inspect, process_start_time
 from zerotrace_collector.python_symbols import PythonSymbols
 from zerotrace_collector.python_threads import ThreadStateRefill

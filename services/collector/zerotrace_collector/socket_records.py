@@ -18,12 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from zerotrace_collector.probes.socket_decode import (
-    ConnSample,
-    Direction,
-    SocketDataSample,
-    Source,
-)
+from zerotrace_collector.probes.event_layout import Direction, Source
+from zerotrace_collector.probes.socket_decode import ConnSample, SocketDataSample
 from zerotrace_collector.proc_net import Endpoints
 
 __all__ = ["conn_event_record", "conn_id", "socket_data_record"]

@@ -1,8 +1,10 @@
 """Finished HTTP exchanges as derived records: a derived.span for every exchange and a
 derived.llm for every OpenAI-compatible one. Pure.
 
-Ids are deterministic (conn_id, the exchange's index on the connection, its start), so a
-replay of the same raw events yields the same ids; the LLM record's id is its span's id.
+Ids are deterministic (conn_id, the exchange's start and its rank among exchanges starting
+at the same nanosecond), so a replay of the same raw events yields the same ids, also when it
+starts mid-connection (where the index on the connection would differ); the LLM record's id is
+its span's id.
 """
 
 from __future__ import annotations
@@ -13,19 +15,6 @@ from zerotrace import names
 from zerotrace_correlator.conversation import CLIENT, NETWORK, SERVER, Exchange
 from zerotrace_correlator.fileio_spans import stable_id
 from zerotrace_correlator.llm_metrics import ContentTimeline, compute_timings
-
-# Attribute keys OpenTelemetry names but zerotrace.names does not have yet (kept here until
-# they move there), and zerotrace's own.
-ATTR_PROTOCOL_VERSION = "network.protocol.version"
-ATTR_REQUEST_BODY_SIZE = "http.request.body.size"
-ATTR_RESPONSE_BODY_SIZE = "http.response.body.size"
-ATTR_GEN_AI_OPERATION = "gen_ai.operation.name"
-ATTR_GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
-ATTR_GEN_AI_FINISH_REASONS = "gen_ai.response.finish_reasons"
-ATTR_OBSERVATION_POINT = "zerotrace.observation_point"
-ATTR_SOURCE_EVENTS = "zerotrace.source_events"  # raw events in all; the id list is capped
-ATTR_ERROR_MESSAGE = "zerotrace.error"
-ATTR_CAPTURE_GAP = "zerotrace.capture.truncated"
 
 UNKNOWN_MODEL = "unknown"
 # A packet capture sees both ends; spans from it are filed as client spans (the convention
@@ -38,7 +27,7 @@ _KIND = {
 
 
 def exchange_span_id(ex: Exchange) -> str:
-    return stable_id("http", ex.conn_id, str(ex.index), str(ex.start_ns), length=8)
+    return stable_id("http", ex.conn_id, str(ex.start_rank), str(ex.start_ns), length=8)
 
 
 def http_span(ex: Exchange) -> dict[str, Any]:
@@ -58,19 +47,19 @@ def http_span(ex: Exchange) -> dict[str, Any]:
         names.ATTR_PROCESS_PID: str(origin.get("pid", "")),
         names.ATTR_THREAD_ID: str(origin.get("tid", "")),
         names.ATTR_PROCESS_NAME: str(origin.get("process_name", "")),
-        ATTR_PROTOCOL_VERSION: request.version,
-        ATTR_REQUEST_BODY_SIZE: str(ex.request_body_bytes),
-        ATTR_OBSERVATION_POINT: ex.observation_point,
-        ATTR_SOURCE_EVENTS: str(ex.source_events),
+        names.ATTR_NETWORK_PROTOCOL_VERSION: request.version,
+        names.ATTR_HTTP_REQUEST_BODY_SIZE: str(ex.request_body_bytes),
+        names.ATTR_OBSERVATION_POINT: ex.observation_point,
+        names.ATTR_SOURCE_EVENTS: str(ex.source_events),
     }
     error = _llm_error(ex)
     # A capture gap leaves the exchange fine and only our view of it short: not a failure.
     failed = _framing_error(ex) is not None or (llm is not None and llm.failed)
     if ex.gap:
-        attributes[ATTR_CAPTURE_GAP] = "true"
+        attributes[names.ATTR_CAPTURE_GAP] = "true"
     if response is not None:
         attributes[names.ATTR_HTTP_STATUS] = str(response.status)
-        attributes[ATTR_RESPONSE_BODY_SIZE] = str(ex.response_body_bytes)
+        attributes[names.ATTR_HTTP_RESPONSE_BODY_SIZE] = str(ex.response_body_bytes)
         # OpenTelemetry HTTP conventions: 4xx fails a client span, only 5xx a server span.
         threshold = 500 if ex.observation_point == SERVER else 400
         if response.status >= threshold:
@@ -78,25 +67,25 @@ def http_span(ex: Exchange) -> dict[str, Any]:
             attributes[names.ATTR_ERROR_TYPE] = str(response.status)
     if error is not None:
         attributes.setdefault(names.ATTR_ERROR_TYPE, error.split(":", 1)[0])
-        attributes[ATTR_ERROR_MESSAGE] = error
+        attributes[names.ATTR_ERROR_MESSAGE] = error
     if ex.endpoint is not None:
-        attributes[ATTR_GEN_AI_OPERATION] = ex.endpoint
+        attributes[names.ATTR_GEN_AI_OPERATION] = ex.endpoint
         model = ex.request_info.model if ex.request_info is not None else None
         if model:
             attributes[names.ATTR_GEN_AI_REQUEST_MODEL] = model
         if llm is not None:
             if llm.model:
-                attributes[ATTR_GEN_AI_RESPONSE_MODEL] = llm.model
+                attributes[names.ATTR_GEN_AI_RESPONSE_MODEL] = llm.model
             if llm.input_tokens is not None:
                 attributes[names.ATTR_GEN_AI_INPUT_TOKENS] = str(llm.input_tokens)
             if llm.output_tokens is not None:
                 attributes[names.ATTR_GEN_AI_OUTPUT_TOKENS] = str(llm.output_tokens)
             if llm.finish_reason:
-                attributes[ATTR_GEN_AI_FINISH_REASONS] = llm.finish_reason
+                attributes[names.ATTR_GEN_AI_FINISH_REASONS] = llm.finish_reason
     span_id = exchange_span_id(ex)
     return {
         "span_id": span_id,
-        "trace_id": stable_id("trace", ex.conn_id, str(ex.index), str(ex.start_ns), length=16),
+        "trace_id": stable_id("trace", ex.conn_id, str(ex.start_rank), str(ex.start_ns), length=16),
         "parent_span_id": None,
         "node_id": str(origin.get("node_id", "")),
         "pid": int(origin.get("pid", 0)),

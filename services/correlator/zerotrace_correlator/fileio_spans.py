@@ -22,12 +22,12 @@ def file_open_span(raw: Mapping[str, Any]) -> dict[str, Any]:
         names.ATTR_PROCESS_PID: str(raw["pid"]),
         names.ATTR_THREAD_ID: str(raw["tid"]),
         names.ATTR_PROCESS_NAME: raw["process_name"],
-        "file.open.flags": hex(int(raw["flags"])),
+        names.ATTR_FILE_OPEN_FLAGS: hex(int(raw["flags"])),
     }
     if result < 0:
         attributes[names.ATTR_ERROR_TYPE] = errno.errorcode.get(-result, str(-result))
     else:
-        attributes["file.fd"] = str(result)
+        attributes[names.ATTR_FILE_FD] = str(result)
     op = str(raw["op"]).lower()
     return {
         "span_id": stable_id("span", raw["event_id"], length=8),

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from zerotrace import names
+from zerotrace.holds import Holds
 from zerotrace_correlator import http_counters as c
 from zerotrace_correlator.conversation import Conversation, Exchange
 from zerotrace_correlator.exchange_records import http_span, llm_request
@@ -32,13 +33,10 @@ IDLE_TIMEOUT_NS = 300 * 1_000_000_000
 # flush); data that arrives meanwhile still counts. Longer than the skew between two topics'
 # consumers in one worker, far shorter than any idle timeout.
 CLOSE_GRACE_NS = 5_000_000_000
+# Claim kinds in `holds`: a connection with something in flight, a CLOSE in its grace.
+BUSY, CLOSING = "busy", "closing"
 
 Output = tuple[str, dict[str, Any]]
-# Where a record was read: ((topic, partition), offset). The correlator keeps, per connection
-# with something in flight, where its oldest such record was, so a shell commits no further
-# (zerotrace/step.py); records fed without one (a capture file) are not tracked.
-Where = tuple[str, int]
-Position = tuple[Where, int]
 
 
 class HttpLlmCorrelator:
@@ -52,10 +50,10 @@ class HttpLlmCorrelator:
         self._conns: OrderedDict[str, Conversation] = OrderedDict()
         # conn_id -> event time of its CLOSE, in arrival order (close times are near-monotone).
         self._closing: OrderedDict[str, int] = OrderedDict()
-        # conn_id -> position and event time of the first record since it was last at rest,
-        # and of its CLOSE while that waits out the grace.
-        self._busy_since: dict[str, tuple[Position, int]] = {}
-        self._close_at: dict[str, Position] = {}
+        # What a restarted worker must read again (zerotrace/holds.py): a connection's records
+        # since it was last at rest, and its CLOSE while that waits out the grace. The caller
+        # tells `holds` where each record was read (`took`); records of a capture file are not.
+        self.holds = Holds()
 
     @property
     def connections(self) -> int:
@@ -65,10 +63,8 @@ class HttpLlmCorrelator:
     def conversation(self, conn_id: str) -> Conversation | None:
         return self._conns.get(conn_id)
 
-    def feed_socket(
-        self, record: Mapping[str, Any], position: Position | None = None
-    ) -> list[Output]:
-        """One zerotrace.raw.SocketData datum, and where it was read if from a bus."""
+    def feed_socket(self, record: Mapping[str, Any]) -> list[Output]:
+        """One zerotrace.raw.SocketData datum."""
         conn_id = str(record["conn_id"])
         out: list[Output] = []
         conv = self._conns.get(conn_id)
@@ -83,31 +79,17 @@ class HttpLlmCorrelator:
             self._conns.move_to_end(conn_id)
         out += _records(conv.feed(record))
         if conv.at_rest:
-            self._busy_since.pop(conn_id, None)
-        elif position is not None and conn_id not in self._busy_since:
-            self._busy_since[conn_id] = (position, conv.last_ns)
+            self.holds.release((BUSY, conn_id))
+        else:
+            self.holds.claim((BUSY, conn_id), conv.last_ns)
         return out
-
-    def held(self, since_ns: int = 0) -> dict[Where, int]:
-        """Per input partition, the lowest offset of a record that state in flight was built
-        from: connections busy since event time `since_ns` or later, CLOSEs in their grace.
-        Older busy connections are not held (a stream busy for hours would make a restarted
-        worker read hours back); a restart then loses only them."""
-        low: dict[Where, int] = {}
-        positions = [p for p, ns in self._busy_since.values() if ns >= since_ns]
-        for where, offset in positions + list(self._close_at.values()):
-            if offset < low.get(where, offset + 1):
-                low[where] = offset
-        return low
 
     def _forget(self, conn_id: str) -> None:
         self._closing.pop(conn_id, None)
-        self._busy_since.pop(conn_id, None)
-        self._close_at.pop(conn_id, None)
+        self.holds.release((BUSY, conn_id))
+        self.holds.release((CLOSING, conn_id))
 
-    def feed_conn(
-        self, record: Mapping[str, Any], position: Position | None = None
-    ) -> list[Output]:
+    def feed_conn(self, record: Mapping[str, Any]) -> list[Output]:
         """One zerotrace.raw.ConnEvent datum. CLOSE flushes the connection. CONNECT and
         ACCEPT change nothing: a conversation starts with its first bytes, and conn_id holds
         the socket cookie, so a reused fd is a new connection anyway (and raw.conn may be
@@ -119,8 +101,7 @@ class HttpLlmCorrelator:
         # the last SSE event (no terminating chunk) ends its exchange only by this CLOSE.
         conn_id = str(record["conn_id"])
         self._closing[conn_id] = int(record["ts_ns"])
-        if position is not None:
-            self._close_at.setdefault(conn_id, position)
+        self.holds.claim((CLOSING, conn_id), int(record["ts_ns"]))
         return []
 
     def _close_due(self, now_ns: int) -> list[Output]:
@@ -159,8 +140,7 @@ class HttpLlmCorrelator:
                 self.counters[c.CONNS_CLOSED] += 1
                 out += _records(conv.close("connection closed"))
         self._closing.clear()
-        self._busy_since.clear()
-        self._close_at.clear()
+        self.holds.clear()
         while self._conns:
             _, conv = self._conns.popitem(last=False)
             out += _records(conv.close(reason))

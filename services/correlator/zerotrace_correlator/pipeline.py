@@ -20,7 +20,7 @@ from zerotrace.deadletter import dead_letter
 from zerotrace.errors import PoisonInput
 from zerotrace.step import Held, Output, StepCounters
 from zerotrace_correlator.fileio_spans import file_open_span
-from zerotrace_correlator.http_llm_step import HttpLlmCorrelator, Position
+from zerotrace_correlator.http_llm_step import HttpLlmCorrelator
 
 CONSUMER = names.GROUP_CORRELATOR
 INPUT_TOPICS = (names.RAW_FILEIO.name, names.RAW_SOCKET.name, names.RAW_CONN.name)
@@ -76,6 +76,7 @@ class CorrelatorStep:
     def tick(self, now_ns: int) -> list[Output]:
         """Called by the shell about once a second with the clock: lets time pass on a quiet
         input (no record taken since the previous tick, for TICK_LAG_NS)."""
+        self.http.holds.took(None)
         if self.step_counters.consumed != self._consumed_at_tick:
             self._consumed_at_tick = self.step_counters.consumed
             self._last_input_ns = now_ns
@@ -90,10 +91,11 @@ class CorrelatorStep:
 
     def flush(self, now_ns: int = 0, reason: str = "end of input") -> list[Output]:
         """End of input: report every exchange still in flight, incomplete, with `reason`."""
+        self.http.holds.took(None)
         return self._encode(self.http.flush(reason))
 
     def held(self) -> Held:
-        return self.http.held(self._event_time_ns - HOLD_LIMIT_NS)
+        return self.http.holds.held(since_ns=self._event_time_ns - HOLD_LIMIT_NS)
 
     def counters(self) -> dict[str, int]:
         return {**self.step_counters.as_dict(), **self.http.counters}
@@ -101,7 +103,8 @@ class CorrelatorStep:
     def _derive(self, message: Message) -> list[Output]:
         record, datum = self._codec.decode(message.value)
         source = (message.topic, message.partition)
-        return self._derive_record(record, datum, message.topic, source, message.offset)
+        self.http.holds.took((source, message.offset))
+        return self._derive_record(record, datum, message.topic, source)
 
     def _derive_record(
         self,
@@ -109,18 +112,16 @@ class CorrelatorStep:
         datum: Mapping[str, Any],
         where: str,
         source: tuple[str, int] = ("record", 0),
-        offset: int | None = None,
     ) -> list[Output]:
-        position: Position | None = None if offset is None else (source, offset)
         if record == names.RAW_FILEIO.record:
             span = file_open_span(datum)
             value = self._codec.encode(names.DERIVED_SPAN.record, span)
             return [Output(names.DERIVED_SPAN.name, span["trace_id"].encode(), value)]
         if record == names.RAW_SOCKET.record:
-            derived = self.http.feed_socket(datum, position)
+            derived = self.http.feed_socket(datum)
             derived += self._advance(int(datum["end_ns"]), source)
         elif record == names.RAW_CONN.record:
-            derived = self.http.feed_conn(datum, position)
+            derived = self.http.feed_conn(datum)
             derived += self._advance(int(datum["ts_ns"]), source)
         else:
             raise PoisonInput(f"{where} carries {record}, which the correlator does not take")

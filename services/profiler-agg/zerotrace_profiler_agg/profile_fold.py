@@ -17,10 +17,11 @@ from dataclasses import asdict
 from typing import Any
 
 from zerotrace.errors import PoisonInput
+from zerotrace.holds import Holds
 from zerotrace_profiler_agg.gpu_fold import GpuFold
 from zerotrace_profiler_agg.gpu_memory import LiveAllocations
 from zerotrace_profiler_agg.settings import MS, ProfilerAggSettings
-from zerotrace_profiler_agg.windows import Key, Series, Where, Windows, folded, record_order
+from zerotrace_profiler_agg.windows import Key, Series, Windows, folded, record_order
 
 # The types a stack sample may carry; the GPU memory and launch profiles are built from raw.gpu
 # calls, and a sample claiming one would make a second window with the same id.
@@ -43,14 +44,10 @@ class ProfileFold:
         self.late_samples = 0
 
     def add_stack(
-        self,
-        sample: Mapping[str, Any],
-        source: Hashable = "stack",
-        position: tuple[Where, int] | None = None,
+        self, sample: Mapping[str, Any], source: Hashable = "stack"
     ) -> list[dict[str, Any]]:
         """One raw.stack datum; returns the derived.profile data it completed, sorted.
-        source: the input partition it came from (see tick); position: (topic, partition)
-        and offset, when read from a bus (`held` names the oldest an open window holds)."""
+        source: the input partition it came from (see tick)."""
         profile_type, weight = str(sample["profile_type"]), int(sample["weight"])
         if profile_type not in STACK_TYPES:
             raise PoisonInput(f"a stack sample of type {profile_type}: those come from raw.gpu")
@@ -66,7 +63,7 @@ class ProfileFold:
             self.windows.count_late(series, key)
         else:
             stack = folded(sample["frames"], int(sample["tid"]))
-            self.windows.add(series, key, ts, stack, weight, position)
+            self.windows.add(series, key, ts, stack, weight)
         return self.windows.close_due(series)
 
     def add_gpu(self, call: Mapping[str, Any], source: Hashable = "gpu") -> list[dict[str, Any]]:
@@ -108,11 +105,12 @@ class ProfileFold:
             out += self._settle(series, final=True)
         return sorted(out, key=record_order)
 
-    def held(self) -> dict[Where, int]:
-        """Per input partition, the lowest offset of a record in a window still open. GPU
-        in-use tracking is not held: the live allocations of a process may reach back hours,
-        so a restarted worker starts with an empty table (frees of older ones count unknown)."""
-        return self.windows.held()
+    @property
+    def holds(self) -> Holds:
+        """The input offsets open windows hold (zerotrace/holds.py). GPU in-use tracking is
+        not held: the live allocations of a process may reach back hours, so a restarted
+        worker starts with an empty table (frees of older ones count as unknown)."""
+        return self.windows.holds
 
     def counters(self) -> dict[str, int]:
         return {

@@ -39,9 +39,8 @@ class ProfileStep:
         try:
             record, datum = self._codec.decode(message.value)
             source = (message.topic, message.partition)
-            return self.process_record(
-                record, datum, message.topic, source, (source, message.offset)
-            )
+            self.fold.holds.took((source, message.offset))
+            return self.process_record(record, datum, message.topic, source)
         except PoisonInput as exc:
             self.step_counters.dead_letters += 1
             topic, key, value = dead_letter(
@@ -55,25 +54,28 @@ class ProfileStep:
         datum: Mapping[str, Any],
         where: str = "a record",
         source: tuple[str, int] = ("record", 0),
-        position: tuple[tuple[str, int], int] | None = None,
     ) -> list[Output]:
         """A decoded raw record: the same logic without the bytes (replays, tests).
-        source: (topic, partition) it was read from; position: that and its offset."""
+        source: (topic, partition) it was read from."""
         if record == names.RAW_STACK.record:
-            return self._encode(self.fold.add_stack(datum, source, position))
+            return self._encode(self.fold.add_stack(datum, source))
         if record == names.RAW_GPU.record:
             return self._encode(self.fold.add_gpu(datum, source))
         raise PoisonInput(f"{where} carries {record}, which profiler-agg does not take")
 
     def tick(self, now_ns: int) -> list[Output]:
+        self.fold.holds.took(None)
         return self._encode(self.fold.tick(now_ns))
 
     def flush(self, now_ns: int = 0, reason: str = "end of input") -> list[Output]:
         """End of input: every open window and every snapshot still due."""
-        return self._encode(self.fold.flush())
+        self.fold.holds.took(None)
+        outputs = self._encode(self.fold.flush())
+        self.fold.holds.clear()
+        return outputs
 
     def held(self) -> Held:
-        return self.fold.held()
+        return self.fold.holds.held()
 
     def counters(self) -> dict[str, int]:
         return {**self.step_counters.as_dict(), **self.fold.counters()}

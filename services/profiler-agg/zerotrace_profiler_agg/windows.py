@@ -22,9 +22,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerotrace.holds import Holds
+
 Series = tuple[str, int, str]  # node, pid, source ("stack" or "gpu")
 Key = tuple[str, str, int, str]  # node, service, pid, profile type
-Where = tuple[str, int]  # the (topic, partition) a record was read from
 
 DEFAULT_WIDTH_NS = 10_000_000_000
 DEFAULT_LATENESS_NS = 2_000_000_000
@@ -35,9 +36,6 @@ class OpenWindow:
     stacks: dict[str, int] = field(default_factory=dict)
     samples: int = 0
     dropped: int = 0
-    # Per input partition, the offset of the first record folded in: a shell commits no
-    # further while the window is open (zerotrace/step.py).
-    first: dict[Where, int] = field(default_factory=dict)
 
 
 def folded(frames: Iterable[str], tid: int) -> str:
@@ -98,6 +96,9 @@ class Windows:
         self.max_quiet_marks = MAX_QUIET_MARKS
         self.floor = 0
         self.marks_evicted = 0
+        # The records an open window was folded from stay uncommitted (zerotrace/holds.py);
+        # the caller tells it where each record was read.
+        self.holds = Holds()
 
     def start_of(self, ts: int) -> int:
         return ts - ts % self.width_ns
@@ -123,32 +124,13 @@ class Windows:
         """The series not forgotten (a forgotten one comes back with its next record)."""
         return sorted(self._open)
 
-    def add(
-        self,
-        series: Series,
-        key: Key,
-        ts: int,
-        stack: str,
-        weight: int,
-        position: tuple[Where, int] | None = None,
-    ) -> None:
-        """Fold one record into its (open) window; position: where it was read, if known."""
-        window = self._window(series, key, self.start_of(ts))
+    def add(self, series: Series, key: Key, ts: int, stack: str, weight: int) -> None:
+        """Fold one record into its (open) window."""
+        start = self.start_of(ts)
+        window = self._window(series, key, start)
         window.stacks[stack] = window.stacks.get(stack, 0) + weight
         window.samples += 1
-        if position is not None:
-            where, offset = position
-            window.first.setdefault(where, offset)
-
-    def held(self) -> dict[Where, int]:
-        """Per input partition, the lowest offset folded into a window still open."""
-        low: dict[Where, int] = {}
-        for windows in self._open.values():
-            for window in windows.values():
-                for where, offset in window.first.items():
-                    if offset < low.get(where, offset + 1):
-                        low[where] = offset
-        return low
+        self.holds.claim((series, key, start), ts)
 
     def count_late(self, series: Series, key: Key) -> None:
         self._window(series, key, self.start_of(self._marks[series])).dropped += 1
@@ -186,5 +168,6 @@ class Windows:
         out = []
         for key, start in done:
             w = windows.pop((key, start))
+            self.holds.release((series, key, start))
             out.append(profile_record(key, start, self.width_ns, w.stacks, w.samples, w.dropped))
         return sorted(out, key=record_order)

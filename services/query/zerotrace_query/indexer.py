@@ -18,7 +18,7 @@ from zerotrace_query.documents import INDEX_SPECS, document_for
 
 log = logging.getLogger(__name__)
 CONSUMER = names.GROUP_QUERY_INDEXER
-INPUT_TOPICS = tuple(t.name for t in names.DERIVED_TOPICS)
+INPUT_TOPICS = tuple(t.name for t in names.INDEXED_TOPICS)
 
 
 class Indexer:

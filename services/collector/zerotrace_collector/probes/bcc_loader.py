@@ -14,9 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
-
-class ProbeUnavailable(RuntimeError):
-    """The probe cannot run on this host; ``str(exc)`` is one actionable line."""
+from ..errors import ProbeUnavailable
 
 
 def first_line(exc: BaseException, limit: int = 200) -> str:

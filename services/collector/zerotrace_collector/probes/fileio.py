@@ -13,15 +13,15 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
+from ..errors import MalformedEvent, ProbeUnavailable
 from .bcc_loader import (
     AttachedProbe,
-    ProbeUnavailable,
     bcc_for,
     compile_program,
 )
-from .fileio_decode import FileOpenSample, MalformedEvent, decode_file_open
+from .fileio_decode import FileOpenSample, decode_file_open
 
-__all__ = ["FileOpenProbe", "ProbeUnavailable"]
+__all__ = ["FileOpenProbe"]
 
 PROGRAM_FILE: Final = "fileio.c"
 EVENTS_MAP: Final = b"zt_fileio_events"

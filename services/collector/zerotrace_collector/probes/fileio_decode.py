@@ -22,37 +22,23 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final
+
+from ..errors import MalformedEvent
+from .event_layout import COMM_LEN, MAX_TRAILING, PATH_MAX, ZT_EVENT_FILE_OPEN, RawEvent
 
 __all__ = [
-    "COMM_LEN",
     "EVENT_SIZE",
     "EVENT_STRUCT",
-    "PATH_MAX",
-    "ZT_EVENT_FILE_OPEN",
     "FileOpenSample",
-    "MalformedEvent",
     "decode_file_open",
-    "peek_type",
 ]
-
-ZT_EVENT_FILE_OPEN: Final = 1
-COMM_LEN: Final = 16
-PATH_MAX: Final = 256
 
 EVENT_STRUCT: Final = struct.Struct(f"<IIIiQQQq{COMM_LEN}s{PATH_MAX}s")
 EVENT_SIZE: Final = EVENT_STRUCT.size
-# perf buffers pad raw samples to 8 bytes; accept (and ignore) that much tail.
-_MAX_TRAILING: Final = 7
 
 if EVENT_SIZE != 320:  # pragma: no cover - guards edits to the format string
     raise ImportError("zt_file_open_event layout drifted from bpf/zerotrace_events.h")
-
-RawEvent: TypeAlias = bytes | bytearray | memoryview
-
-
-class MalformedEvent(ValueError):
-    """The buffer is not a well-formed ``zt_file_open_event``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,20 +76,12 @@ def _cstr(raw: bytes, field: str) -> bytes:
     return raw[:end]
 
 
-def peek_type(buf: RawEvent) -> int:
-    """Return the u32 type tag at the start of *buf*."""
-    if len(buf) < 4:
-        raise MalformedEvent(f"event too short for a type tag: {len(buf)} bytes")
-    tag: int = struct.unpack_from("<I", buf, 0)[0]
-    return tag
-
-
 def decode_file_open(buf: RawEvent) -> FileOpenSample:
     """Decode one raw event; raise :class:`MalformedEvent` if it is not valid."""
     size = len(buf)
     if size < EVENT_SIZE:
         raise MalformedEvent(f"file-open event too short: {size} bytes, need {EVENT_SIZE}")
-    if size > EVENT_SIZE + _MAX_TRAILING:
+    if size > EVENT_SIZE + MAX_TRAILING:
         raise MalformedEvent(f"file-open event too long: {size} bytes, expected {EVENT_SIZE}")
     (
         tag,

@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..cuda_libraries import cuda_libraries_in_maps, exported_functions, probed_symbols
+from ..errors import MalformedEvent, ProbeUnavailable
 from ..python_procs import PythonProcess, inspect
 from .bcc_loader import (
     AttachedProbe,
-    ProbeUnavailable,
     bcc_for,
     compile_program,
     first_line,
@@ -49,17 +49,16 @@ from .bcc_loader import (
     tell_python_walker,
     tell_thread_states,
 )
+from .event_layout import DEFAULT_PY_DEPTH
 from .gpu_decode import (
-    DEFAULT_PY_DEPTH,
     GPU_APIS,
     GpuCallSample,
     GpuLibSample,
-    MalformedEvent,
     decode_gpu_event,
 )
 from .python_stack import PYTHON_STACK_FILE, python_stack_cflags
 
-__all__ = ["GpuProbe", "ProbeUnavailable"]
+__all__ = ["GpuProbe"]
 
 PROGRAM_FILE: Final = "gpu_calls.c"
 EVENTS_MAP: Final = b"zt_gpu_events"

@@ -27,40 +27,40 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, TypeAlias
 
-from .profile_decode import PyStatus
+from ..errors import MalformedEvent
+from .event_layout import (
+    COMM_LEN,
+    DEFAULT_PY_DEPTH,
+    MAX_TRAILING,
+    PATH_MAX,
+    PY_STACK_HEAD,
+    ZT_EVENT_GPU_CALL,
+    ZT_EVENT_GPU_LIB,
+    PyStatus,
+    RawEvent,
+    peek_type,
+    py_stack_size,
+)
 
 __all__ = [
-    "DEFAULT_PY_DEPTH",
+    "CALL_STRUCT",
     "GPU_APIS",
-    "ZT_EVENT_GPU_CALL",
-    "ZT_EVENT_GPU_LIB",
+    "LIB_STRUCT",
     "ApiKind",
     "GpuApi",
     "GpuCallSample",
     "GpuLibSample",
     "GpuSample",
-    "MalformedEvent",
     "api_named",
     "call_size",
     "decode_gpu_event",
 ]
 
-ZT_EVENT_GPU_CALL: Final = 0x10
-ZT_EVENT_GPU_LIB: Final = 0x11
-CALL_STRUCT: Final = struct.Struct("<IIIIQQQQqiI16sQ")
-PY_HEAD: Final = struct.Struct("<IIII")  # status, depth, truncated, reserved
-DEFAULT_PY_DEPTH: Final = 48
-LIB_STRUCT: Final = struct.Struct("<IIIiIIQQ256s")
-_MAX_TRAILING: Final = 7  # ring-buffer records may be padded to 8 bytes
+CALL_STRUCT: Final = struct.Struct(f"<IIIIQQQQqiI{COMM_LEN}sQ")  # then struct zt_py_stack
+LIB_STRUCT: Final = struct.Struct(f"<IIIiIIQQ{PATH_MAX}s")
 
 if CALL_STRUCT.size != 88 or LIB_STRUCT.size != 296:  # pragma: no cover - layout guard
     raise ImportError("GPU event layouts drifted from bpf/gpu_calls.c")
-
-RawEvent: TypeAlias = bytes | bytearray | memoryview
-
-
-class MalformedEvent(ValueError):
-    """The buffer is not a well-formed GPU probe record."""
 
 
 class ApiKind(Enum):
@@ -158,21 +158,19 @@ def _cstr(raw: bytes, field: str) -> str:
 
 
 def _check_size(buf: RawEvent, want: int, what: str) -> None:
-    if not want <= len(buf) <= want + _MAX_TRAILING:
+    if not want <= len(buf) <= want + MAX_TRAILING:
         raise MalformedEvent(f"{what} record is {len(buf)} bytes, expected {want}")
 
 
 def call_size(py_depth: int = DEFAULT_PY_DEPTH) -> int:
     """Bytes of a call record built with ZT_PY_MAX_DEPTH = *py_depth*."""
-    return CALL_STRUCT.size + PY_HEAD.size + 16 * py_depth
+    return CALL_STRUCT.size + py_stack_size(py_depth)
 
 
 def decode_gpu_event(buf: RawEvent, py_depth: int = DEFAULT_PY_DEPTH) -> GpuSample:
     """Decode one record; raise :class:`MalformedEvent` when it is not valid.
     *py_depth* is the ZT_PY_MAX_DEPTH the program was built with."""
-    if len(buf) < 4:
-        raise MalformedEvent(f"record too short for a type tag: {len(buf)} bytes")
-    (tag,) = struct.unpack_from("<I", buf, 0)
+    tag = peek_type(buf)
     if tag == ZT_EVENT_GPU_CALL:
         _check_size(buf, call_size(py_depth), "gpu call")
         _, pid, tid, api_id, start, end, address, size, result, stack_id, _, comm, caller = (
@@ -183,10 +181,10 @@ def decode_gpu_event(buf: RawEvent, py_depth: int = DEFAULT_PY_DEPTH) -> GpuSamp
             raise MalformedEvent(f"unknown GPU api id {api_id}")
         if end < start:
             raise MalformedEvent(f"end_ns {end} precedes start_ns {start}")
-        status, depth, truncated, _ = PY_HEAD.unpack_from(buf, CALL_STRUCT.size)
+        status, depth, truncated, _ = PY_STACK_HEAD.unpack_from(buf, CALL_STRUCT.size)
         if depth > py_depth or status > max(PyStatus):
             raise MalformedEvent(f"python depth {depth} / status {status} out of range")
-        at = CALL_STRUCT.size + PY_HEAD.size
+        at = CALL_STRUCT.size + PY_STACK_HEAD.size
         codes = struct.unpack_from(f"<{depth}Q", buf, at)
         instrs = struct.unpack_from(f"<{depth}Q", buf, at + 8 * py_depth)
         return GpuCallSample(

@@ -15,20 +15,21 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
+from ..errors import MalformedEvent, ProbeUnavailable
 from ..python_procs import PythonProcess
 from .bcc_loader import (
     AttachedProbe,
-    ProbeUnavailable,
     bcc_for,
     compile_program,
     read_program,
     tell_python_walker,
     tell_thread_states,
 )
-from .profile_decode import MalformedEvent, ProfileLayout, ProfileSample
+from .event_layout import DEFAULT_PY_DEPTH, DEFAULT_STACK_DEPTH
+from .profile_decode import ProfileLayout, ProfileSample
 from .python_stack import PYTHON_STACK_FILE, python_stack_cflags
 
-__all__ = ["DEFAULT_RATE_HZ", "ProbeUnavailable", "ProfileProbe", "program_text"]
+__all__ = ["DEFAULT_RATE_HZ", "ProfileProbe", "program_text"]
 
 PROGRAM_FILE: Final = "profile.c"
 # A prime near 100: a sampler at exactly 100 Hz (or 99, 50...) can fall into lock step with
@@ -69,8 +70,8 @@ class ProfileProbe(AttachedProbe):
         off_cpu_min_ns: int = DEFAULT_OFFCPU_MIN_NS,
         off_cpu_threads: int = 8192,
         pids: set[int] | None = None,
-        stack_depth: int = 32,
-        py_depth: int = 48,
+        stack_depth: int = DEFAULT_STACK_DEPTH,
+        py_depth: int = DEFAULT_PY_DEPTH,
         ringbuf_pages: int = 512,
         self_pid: int | None = None,
     ) -> None:

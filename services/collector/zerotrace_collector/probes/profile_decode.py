@@ -9,36 +9,27 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Final
 
+from ..errors import MalformedEvent
+from .event_layout import (
+    COMM_LEN,
+    DEFAULT_PY_DEPTH,
+    DEFAULT_STACK_DEPTH,
+    PY_STACK_HEAD,
+    ZT_EVENT_OFF_CPU,
+    ZT_EVENT_ON_CPU,
+    PyStatus,
+    py_stack_size,
+)
+
 __all__ = [
-    "EVENT_OFF_CPU",
-    "EVENT_ON_CPU",
-    "MalformedEvent",
+    "EVENT_HEAD",
     "ProfileLayout",
     "ProfileSample",
-    "PyStatus",
 ]
 
-EVENT_ON_CPU: Final = 16
-EVENT_OFF_CPU: Final = 17
-
-_HEAD: Final = struct.Struct("<IIIiiIQQ16s")  # type .. comm: 56 bytes
-_PY_HEAD: Final = struct.Struct("<IIII")  # status, depth, truncated, reserved
-
-
-class MalformedEvent(ValueError):
-    """Bytes that are not a profile event of the expected layout."""
-
-
-class PyStatus(IntEnum):
-    """Mirrors enum zt_py_status in bpf/python_stack.h."""
-
-    NONE = 0  # not a known CPython process
-    OK = 1
-    NO_THREAD = 2  # no thread state for this tid
-    READ_FAIL = 3  # a user-memory read failed; frames are the leaf side only
+EVENT_HEAD: Final = struct.Struct(f"<IIIiiIQQ{COMM_LEN}s")  # type .. comm: 56 bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,30 +51,30 @@ class ProfileSample:
 
 @dataclass(frozen=True)
 class ProfileLayout:
-    stack_depth: int = 32
-    py_depth: int = 48
+    stack_depth: int = DEFAULT_STACK_DEPTH
+    py_depth: int = DEFAULT_PY_DEPTH
 
     @property
     def size(self) -> int:
-        return _HEAD.size + 16 * self.stack_depth + _PY_HEAD.size + 16 * self.py_depth
+        return EVENT_HEAD.size + 16 * self.stack_depth + py_stack_size(self.py_depth)
 
     def decode(self, raw: bytes) -> ProfileSample:
         """Raise :class:`MalformedEvent` for a wrong size, type or depth."""
         if len(raw) < self.size:
             raise MalformedEvent(f"profile event of {len(raw)} bytes, want {self.size}")
-        kind, pid, tid, kbytes, ubytes, _, ts, weight, comm = _HEAD.unpack_from(raw)
-        if kind not in (EVENT_ON_CPU, EVENT_OFF_CPU):
+        kind, pid, tid, kbytes, ubytes, _, ts, weight, comm = EVENT_HEAD.unpack_from(raw)
+        if kind not in (ZT_EVENT_ON_CPU, ZT_EVENT_OFF_CPU):
             raise MalformedEvent(f"event type {kind} is not a profile event")
         n, m = self.stack_depth, self.py_depth
-        py_at = _HEAD.size + 16 * n
-        status, depth, truncated, _ = _PY_HEAD.unpack_from(raw, py_at)
+        py_at = EVENT_HEAD.size + 16 * n
+        status, depth, truncated, _ = PY_STACK_HEAD.unpack_from(raw, py_at)
         if depth > m or status > max(PyStatus):
             raise MalformedEvent(f"python depth {depth} / status {status} out of range")
         # Only the filled words are turned into ints: most of a 1.3 KB event is empty slots.
-        words = memoryview(raw)[_HEAD.size : self.size].cast("Q")
-        py = 2 * n + _PY_HEAD.size // 8  # first code slot, in words
+        words = memoryview(raw)[EVENT_HEAD.size : self.size].cast("Q")
+        py = 2 * n + PY_STACK_HEAD.size // 8  # first code slot, in words
         return ProfileSample(
-            off_cpu=kind == EVENT_OFF_CPU,
+            off_cpu=kind == ZT_EVENT_OFF_CPU,
             pid=pid,
             tid=tid,
             comm=comm.split(b"\0", 1)[0].decode("utf-8", "replace"),

@@ -22,28 +22,27 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..cgroup import Cgroup2, in_cgroup2
+from ..errors import MalformedEvent, ProbeUnavailable
 from ..proc_net import UNKNOWN, Endpoints, ProcNet
 from .bcc_loader import (
     AttachedProbe,
-    ProbeUnavailable,
     annotated,
     bcc_for,
     compile_program,
     first_line,
     read_program,
 )
+from .event_layout import DEFAULT_PAYLOAD_MAX, ConnKind
 from .kernel_btf import VMLINUX, offset_cflags
 from .socket_decode import (
-    ConnKind,
     ConnSample,
-    MalformedEvent,
     SocketDataSample,
     SocketSample,
     decode_socket_event,
 )
 from .tls import TLS_RETURN_FN, TLS_SYMBOLS, find_libssl
 
-__all__ = ["ProbeUnavailable", "SocketProbe"]
+__all__ = ["SocketProbe"]
 
 PROGRAM_FILE: Final = "socket.c"
 TLS_PROGRAM_FILE: Final = "tls.c"
@@ -162,7 +161,7 @@ class SocketProbe(AttachedProbe):
         comm_prefix: str = "",
         cgroup: Cgroup2 | None = None,
         ports: Iterable[int] = (),
-        payload_max: int = 16384,
+        payload_max: int = DEFAULT_PAYLOAD_MAX,
         ringbuf_pages: int = 4096,
         tls: bool = True,
         libssl: Path | None = None,

@@ -31,85 +31,50 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final, TypeAlias
 
-from .fileio_decode import COMM_LEN, MalformedEvent, RawEvent, peek_type
+from ..errors import MalformedEvent
+from .event_layout import (
+    COMM_LEN,
+    F_CIPHERTEXT,
+    F_FD_GUESSED,
+    F_FD_UNKNOWN,
+    F_TCP_SEQ,
+    MAX_TRAILING,
+    ZT_EVENT_SOCK_CONN,
+    ZT_EVENT_SOCK_DATA,
+    ConnKind,
+    Direction,
+    RawEvent,
+    SockOp,
+    Source,
+    peek_type,
+)
 
 __all__ = [
+    "CONN_EVENT",
     "CONN_EVENT_SIZE",
+    "DATA_HEADER",
     "DATA_HEADER_SIZE",
-    "F_CIPHERTEXT",
-    "F_FD_GUESSED",
-    "F_FD_UNKNOWN",
-    "ZT_EVENT_SOCK_CONN",
-    "ZT_EVENT_SOCK_DATA",
-    "ConnKind",
     "ConnSample",
-    "Direction",
-    "MalformedEvent",
-    "SockOp",
     "SocketDataSample",
     "SocketSample",
-    "Source",
     "decode_conn",
     "decode_socket_data",
     "decode_socket_event",
     "parse_sockaddr",
 ]
 
-ZT_EVENT_SOCK_DATA: Final = 2
-ZT_EVENT_SOCK_CONN: Final = 3
-
-F_CIPHERTEXT: Final = 0x01
-"""Syscall bytes of a TLS connection; the payload was not copied."""
-F_FD_GUESSED: Final = 0x02
-"""TLS: the SSL* -> fd binding came from the memory-BIO heuristic."""
-F_FD_UNKNOWN: Final = 0x04
-"""TLS: no fd known for this SSL* (``fd`` is -1)."""
-F_TCP_SEQ: Final = 0x08
-"""``tcp_seq`` is the TCP sequence number of the call's first byte."""
 _KNOWN_FLAGS: Final = F_CIPHERTEXT | F_FD_GUESSED | F_FD_UNKNOWN | F_TCP_SEQ
 
 DATA_HEADER: Final = struct.Struct(f"<IIIiQQQqQBBBBI{COMM_LEN}sI4x")
 DATA_HEADER_SIZE: Final = DATA_HEADER.size
 CONN_EVENT: Final = struct.Struct(f"<IIIiQQQqQIHH{COMM_LEN}s28s4x")
 CONN_EVENT_SIZE: Final = CONN_EVENT.size
-_MAX_TRAILING: Final = 7  # perf-buffer padding, as in fileio_decode
 
 if DATA_HEADER_SIZE != 88 or CONN_EVENT_SIZE != 112:  # pragma: no cover - guards edits
     raise ImportError("socket event layout drifted from bpf/zerotrace_events.h")
 
 _AF_INET: Final = 2
 _AF_INET6: Final = 10
-
-
-class Direction(IntEnum):
-    INGRESS = 1
-    EGRESS = 2
-
-
-class Source(IntEnum):
-    SYSCALL = 1
-    TLS = 2
-
-
-class SockOp(IntEnum):
-    READ = 1
-    WRITE = 2
-    READV = 3
-    WRITEV = 4
-    RECVFROM = 5
-    SENDTO = 6
-    RECVMSG = 7
-    SENDMSG = 8
-    SSL_READ = 9
-    SSL_WRITE = 10
-    SSL_READ_EX = 11
-    SSL_WRITE_EX = 12
-
-
-class ConnKind(IntEnum):
-    CONNECT = 1
-    ACCEPT = 2
-    CLOSE = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +191,7 @@ def decode_socket_data(buf: RawEvent) -> SocketDataSample:
     if tag != ZT_EVENT_SOCK_DATA:
         raise MalformedEvent(f"wrong event type tag {tag}, expected {ZT_EVENT_SOCK_DATA}")
     end = DATA_HEADER_SIZE + payload_len
-    if size < end or size > end + _MAX_TRAILING:
+    if size < end or size > end + MAX_TRAILING:
         raise MalformedEvent(f"socket-data event is {size} bytes, header says {end}")
     if end_ns < start_ns:
         raise MalformedEvent(f"end_ns {end_ns} precedes start_ns {start_ns}")
@@ -258,7 +223,7 @@ def decode_socket_data(buf: RawEvent) -> SocketDataSample:
 def decode_conn(buf: RawEvent) -> ConnSample:
     """Decode one connect/accept/close record; raise :class:`MalformedEvent` if invalid."""
     size = len(buf)
-    if size < CONN_EVENT_SIZE or size > CONN_EVENT_SIZE + _MAX_TRAILING:
+    if size < CONN_EVENT_SIZE or size > CONN_EVENT_SIZE + MAX_TRAILING:
         raise MalformedEvent(f"conn event is {size} bytes, expected {CONN_EVENT_SIZE}")
     (
         tag,
