@@ -74,7 +74,8 @@ def _run_step_worker(make_step: Callable[[AvroCodec], Step]) -> int:
     common = settings.load(settings.CommonSettings)
     kafka_bus(common)
     codec = kafka_codec(common.kafka)
-    run_worker(step_app(lambda: make_step(codec), common.kafka, SystemClock()))
+    app = step_app(lambda: make_step(codec), common.kafka, SystemClock(), common.home / "faust")
+    run_worker(app)
     return 0
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from zerotrace.bus import Message
@@ -38,12 +39,14 @@ TICK_INTERVAL_S = 1.0  # as the embedded runner's tick; a transaction follows ea
 TRANSACTION_TIMEOUT_MS = 10_000
 
 
-def make_faust_app(app_id: str, bootstrap: str) -> Any:
+def make_faust_app(app_id: str, bootstrap: str, datadir: Path) -> Any:
     import faust
 
+    datadir.mkdir(parents=True, exist_ok=True)
     return faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
+        datadir=str(datadir / app_id),  # faust's own files, out of the working directory
         value_serializer="raw",
         key_serializer="raw",
         web_enabled=False,  # the query service is the HTTP face; workers need no port
@@ -112,10 +115,11 @@ class StepWorker:
         self.published = dict(published)
 
 
-def step_app(make_step: Callable[[], Step], bootstrap: str, clock: Clock) -> Any:
-    """A faust app running the step made by `make_step` (made again at every assignment)."""
+def step_app(make_step: Callable[[], Step], bootstrap: str, clock: Clock, datadir: Path) -> Any:
+    """A faust app running the step made by `make_step` (made again at every assignment);
+    faust keeps its files under datadir."""
     first = make_step()
-    app = make_faust_app(first.group, bootstrap)
+    app = make_faust_app(first.group, bootstrap, datadir)
     worker = StepWorker(make_step, first)
     transactions = _Transactions(bootstrap, first.group)
 
@@ -132,7 +136,7 @@ def step_app(make_step: Callable[[], Step], bootstrap: str, clock: Clock) -> Any
     @app.on_partitions_assigned.connect
     async def on_assigned(app_: Any, assigned: Any, **_: Any) -> None:
         wheres = [(tp.topic, tp.partition) for tp in assigned]
-        worker.restart(transactions.progress(wheres))
+        worker.restart(await transactions.progress(wheres))
 
     app.zerotrace_worker = worker
     return app
@@ -166,21 +170,26 @@ class _Transactions:
             if commits:
                 await producer.send_offsets_to_transaction(commits, self._group)
 
-    def progress(self, wheres: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """The progress committed with each partition's offset (none: nothing published)."""
-        from confluent_kafka import Consumer, TopicPartition
+    async def progress(self, wheres: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The progress committed with each partition's offset (none: nothing published).
+        Read with aiokafka's admin client: confluent-kafka 2.16 returns offset metadata with
+        stray bytes after it."""
+        from aiokafka.admin import AIOKafkaAdminClient
+        from aiokafka.structs import TopicPartition
 
         if not wheres:
             return {}
-        reader = Consumer({"bootstrap.servers": self._bootstrap, "group.id": self._group})
+        admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap)
+        await admin.start()
         try:
-            committed = reader.committed([TopicPartition(t, p) for t, p in wheres], timeout=30)
+            partitions = [TopicPartition(t, p) for t, p in wheres]
+            committed = await admin.list_consumer_group_offsets(self._group, partitions=partitions)
         finally:
-            reader.close()
+            await admin.close()
         return {
-            (tp.topic, tp.partition): int(tp.metadata)
-            for tp in committed
-            if tp.offset >= 0 and (tp.metadata or "").lstrip("-").isdigit()
+            (tp.topic, tp.partition): int(meta.metadata)
+            for tp, meta in committed.items()
+            if meta.offset >= 0 and (meta.metadata or "").lstrip("-").isdigit()
         }
 
     async def _started(self) -> Any:
