@@ -83,6 +83,7 @@ class StepWorker:
         self.taken: dict[tuple[str, int], int] = {}
         self.published: dict[tuple[str, int], int] = {}
         self.dropped = 0  # outputs a predecessor had published already
+        self._committed: dict[tuple[str, int], tuple[int, int]] = {}
 
     def process(self, message: Message) -> None:
         where = (message.topic, message.partition)
@@ -97,15 +98,18 @@ class StepWorker:
         self.pending += self.step.tick(now_ns)
 
     def commit_plan(self) -> tuple[list[Output], dict[tuple[str, int], tuple[int, int]]]:
-        """What the next transaction carries: the outputs, and per partition the offset to
-        commit and the progress. The outputs are handed over (no longer pending)."""
+        """What the next transaction carries: the outputs, and per partition whose position
+        moved the offset to commit and the progress. The outputs are handed over (no longer
+        pending); an idle worker plans nothing."""
         held = self.step.held()
         offsets = {}
         for where, last in self.taken.items():
             progress = max(last, self.published.get(where, -1))
             offsets[where] = (min(last + 1, held.get(where, last + 1)), progress)
+        moved = {w: o for w, o in offsets.items() if self._committed.get(w) != o}
+        self._committed.update(moved)
         outputs, self.pending = self.pending, []
-        return outputs, offsets
+        return outputs, moved
 
     def restart(self, published: dict[tuple[str, int], int]) -> None:
         """Partitions assigned anew: a new step, the predecessors' progress as given."""
@@ -113,6 +117,7 @@ class StepWorker:
         self.pending = []
         self.taken = {}
         self.published = dict(published)
+        self._committed = {}
 
 
 def step_app(make_step: Callable[[], Step], bootstrap: str, clock: Clock, datadir: Path) -> Any:
@@ -131,7 +136,10 @@ def step_app(make_step: Callable[[], Step], bootstrap: str, clock: Clock, datadi
     @app.timer(interval=TICK_INTERVAL_S)
     async def tick() -> None:
         worker.tick(clock.now_ns())
-        await transactions.commit(*worker.commit_plan())
+        try:
+            await transactions.commit(*worker.commit_plan())
+        except Exception as exc:  # the outputs are gone with the transaction: start over
+            await app.crash(exc)
 
     @app.on_partitions_assigned.connect
     async def on_assigned(app_: Any, assigned: Any, **_: Any) -> None:
