@@ -13,8 +13,7 @@ from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
 from zerotrace_cli.common import StopFlag, say
 from zerotrace_cli.kafka_wiring import kafka_bus, kafka_codec
-from zerotrace_cli.profiling_args import add_profiling_arguments
-from zerotrace_cli.socket_args import add_socket_arguments
+from zerotrace_cli.node_feeds import add_node_arguments
 
 if TYPE_CHECKING:
     from zerotrace.spooling_producer import SpoolingProducer
@@ -30,20 +29,8 @@ def register(sub: Any) -> None:
         "--port. Socket capture needs one of them here: unfiltered, it would capture Kafka's "
         "own traffic, which carries what it captures.",
     )
-    p.add_argument(
-        "--pid", type=int, default=0, help="observe only this process and the processes it starts"
-    )
-    p.add_argument(
-        "--port",
-        type=int,
-        action="append",
-        default=[],
-        help="TCP traffic on this port (repeatable)",
-    )
-    add_socket_arguments(p)
-    p.add_argument("--no-files", action="store_true", help="do not trace file opens")
+    add_node_arguments(p)
     p.add_argument("--no-sockets", action="store_true", help="do not capture TCP traffic")
-    p.add_argument("--no-tls", action="store_true", help="do not attach the TLS uprobes")
     p.add_argument("--duration", type=float, default=0, help="stop after this many seconds")
     p.add_argument(
         "--spool-mb",
@@ -54,7 +41,6 @@ def register(sub: Any) -> None:
         "counted lost (default 1024)",
     )
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
-    add_profiling_arguments(p)
     p.set_defaults(handler=collector)
 
 

@@ -8,9 +8,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from zerotrace_cli.common import BPF_DIR
+from zerotrace_cli.profiling_args import (
+    add_profiling_arguments,
+    profiling_feeds,
+    profiling_notes,
+)
 from zerotrace_cli.profiling_args import follow as follow_profiled
-from zerotrace_cli.profiling_args import profiling_feeds, profiling_notes
-from zerotrace_cli.socket_args import socket_options
+from zerotrace_cli.socket_args import add_socket_arguments, socket_options
 
 if TYPE_CHECKING:
     from zerotrace_collector.feeds import Feed
@@ -56,6 +60,24 @@ class NodeFeeds:
     def close(self) -> None:
         for feed in self.feeds:
             feed.close()
+
+
+def add_node_arguments(p: argparse.ArgumentParser) -> None:
+    """The options `node_feeds` reads: which processes and traffic, which probes."""
+    p.add_argument(
+        "--pid", type=int, default=0, help="observe only this process and the processes it starts"
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        action="append",
+        default=[],
+        help="only TCP traffic on this port (repeatable)",
+    )
+    add_socket_arguments(p)
+    p.add_argument("--no-files", action="store_true", help="do not trace file opens")
+    p.add_argument("--no-tls", action="store_true", help="do not attach the TLS uprobes")
+    add_profiling_arguments(p)
 
 
 def node_feeds(

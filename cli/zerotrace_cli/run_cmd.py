@@ -10,8 +10,7 @@ from typing import Any
 from zerotrace import settings
 from zerotrace_cli.common import StopFlag, embedded_store_path, say
 from zerotrace_cli.held_start import HeldCommand
-from zerotrace_cli.profiling_args import add_profiling_arguments
-from zerotrace_cli.socket_args import add_socket_arguments
+from zerotrace_cli.node_feeds import add_node_arguments
 
 
 def register(sub: Any) -> None:
@@ -29,17 +28,7 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--duration", type=float, default=0, help="stop after this many seconds")
-    p.add_argument("--pid", type=int, default=0, help="observe only this process (and children)")
-    p.add_argument(
-        "--port",
-        type=int,
-        action="append",
-        default=[],
-        help="only TCP traffic on this port (repeatable)",
-    )
-    add_socket_arguments(p)
-    p.add_argument("--no-files", action="store_true", help="do not trace file opens")
-    p.add_argument("--no-tls", action="store_true", help="do not attach the TLS uprobes")
+    add_node_arguments(p)
     p.add_argument("--http-port", type=int, default=8080, help="HTTP API and web page port")
     p.add_argument("--grpc-port", type=int, default=50051, help="gRPC API port on 127.0.0.1")
     p.add_argument(
@@ -56,7 +45,6 @@ def register(sub: Any) -> None:
         "so busy that events get lost",
     )
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
-    add_profiling_arguments(p)
     p.add_argument(
         "command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS]: run and observe it"
     )

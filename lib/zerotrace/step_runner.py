@@ -2,14 +2,17 @@
 
 The caller owns the loop and the clock: `run_once(now_ns)` on every turn (never blocks),
 `finish(now_ns)` once at the end of input. Per step: take what its input topics hold, hand
-each message to the step, produce what it returns; once a second let time pass (`tick`) and
-commit. Side effects first: offsets commit only after the producer has every output, and no
-further than the step's `held()` allows (step.py), the same discipline as the faust shell.
+each message to the step, produce what it returns, then commit (side effects first: only
+after the producer has every output); once a second let time pass (`tick`).
+
+Unlike the faust shell, the runner commits everything it took, whatever the step's `held()`
+says: an in-process bus dies with the process, so no successor could read held records again,
+and holding them would keep a long exchange's records in memory (the in-process bus drops
+what every group committed).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 from zerotrace.bus import Bus, Consumer, Message, Producer
@@ -17,7 +20,6 @@ from zerotrace.errors import TransientIO
 from zerotrace.step import Output, Step
 
 TICK_EVERY_NS = 1_000_000_000  # as the faust shell's timer
-COMMIT_EVERY_NS = 1_000_000_000  # as the faust shell's commit interval
 FLUSH_TIMEOUT_S = 30.0
 
 
@@ -30,7 +32,6 @@ class _Lane:
         self.consumer.subscribe(step.input_topics)
         self.producer: Producer = bus.producer()
         self.last: dict[tuple[str, int], Message] = {}  # newest message taken per partition
-        self.committed: dict[tuple[str, int], int] = {}  # offset committed through
 
     def take(self, limit: int) -> int:
         taken = 0
@@ -44,17 +45,12 @@ class _Lane:
         for out in outputs:
             self.producer.produce(out.topic, out.key, out.value)
 
-    def commit(self, honour_held: bool = True) -> None:
+    def commit(self) -> None:
         if self.producer.flush(FLUSH_TIMEOUT_S) != 0:
             raise TransientIO(f"{self.step.group}: outputs not acknowledged; nothing committed")
-        held = self.step.held() if honour_held else {}
-        for where, message in self.last.items():
-            through = message.offset
-            if where in held:
-                through = min(through, held[where] - 1)
-            if through > self.committed.get(where, -1):
-                self.consumer.commit(dataclasses.replace(message, offset=through))
-                self.committed[where] = through
+        for message in self.last.values():
+            self.consumer.commit(message)
+        self.last.clear()
 
 
 class StepRunner:
@@ -62,7 +58,6 @@ class StepRunner:
         self._lanes = [_Lane(bus, step) for step in steps]
         self._batch = batch
         self._ticked_ns: int | None = None
-        self._committed_ns: int | None = None
 
     @property
     def steps(self) -> list[Step]:
@@ -75,10 +70,8 @@ class StepRunner:
             self._ticked_ns = now_ns
             for lane in self._lanes:
                 lane.send(lane.step.tick(now_ns))
-        if self._committed_ns is None or now_ns - self._committed_ns >= COMMIT_EVERY_NS:
-            self._committed_ns = now_ns
-            for lane in self._lanes:
-                lane.commit()
+        for lane in self._lanes:
+            lane.commit()
         return taken
 
     def finish(self, now_ns: int, reason: str = "end of input") -> None:
@@ -88,7 +81,7 @@ class StepRunner:
             while lane.take(self._batch):
                 pass
             lane.send(lane.step.flush(now_ns, reason))
-            lane.commit(honour_held=False)
+            lane.commit()
 
     def counters(self) -> dict[str, dict[str, int]]:
         return {lane.step.group: lane.step.counters() for lane in self._lanes}
