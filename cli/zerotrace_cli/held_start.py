@@ -34,8 +34,12 @@ class HeldCommand:
         self.pid = self.proc.pid
 
     def release(self) -> None:
-        """Let it exec the command (idempotent)."""
+        """Let it exec the command (idempotent; nothing to do if it died held)."""
         if self._write >= 0:
-            os.write(self._write, b"go\n")
-            os.close(self._write)
-            self._write = -1
+            try:
+                os.write(self._write, b"go\n")
+            except BrokenPipeError:
+                pass  # the waiter is gone: its exit code says so to whoever waits for it
+            finally:
+                os.close(self._write)
+                self._write = -1

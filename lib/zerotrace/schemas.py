@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fastavro import parse_schema
-from fastavro.schema import fingerprint, to_parsing_canonical_form
+from fastavro.schema import SchemaParseException, fingerprint, to_parsing_canonical_form
 
 from zerotrace.errors import ConfigError
 
@@ -27,10 +27,14 @@ class Schema:
 
 
 def parse_schema_text(text: str) -> Schema:
+    """One record schema. Anything else (bad JSON, a bad Avro schema, a schema that is not a
+    record) is a ConfigError saying why."""
     try:
         raw = json.loads(text)
+        if not isinstance(raw, dict) or raw.get("type") != "record":
+            raise ValueError("each .avsc holds one record")
         parsed = parse_schema(raw, _write_hint=False)
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, SchemaParseException) as exc:
         raise ConfigError(f"not a valid Avro schema: {exc}") from exc
     canonical = to_parsing_canonical_form(parsed)
     full_name = f"{raw['namespace']}.{raw['name']}" if "namespace" in raw else raw["name"]

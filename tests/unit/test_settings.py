@@ -1,5 +1,6 @@
 """Typed settings: values from an environment mapping, converted by the default's type,
-explicit overrides first, one-line errors naming the variable, secrets hidden in describe."""
+explicit overrides first, one-line errors naming the variable, secrets hidden in describe.
+Both settings.py modules: the shared one and profiler-agg's own."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from zerotrace import names
 from zerotrace.errors import ConfigError
 from zerotrace.settings import CommonSettings, describe, load, setting
+from zerotrace_profiler_agg.gpu_fold import DEFAULT_QUIET_WINDOWS
+from zerotrace_profiler_agg.gpu_memory import DEFAULT_CAPACITY
+from zerotrace_profiler_agg.settings import ProfilerAggSettings
 
 pytestmark = pytest.mark.unit
 
@@ -166,3 +171,28 @@ def test_common_settings_load_from_their_variables() -> None:
         common.kafka = "elsewhere"  # type: ignore[misc]
     with pytest.raises(ConfigError, match="ZEROTRACE_KAFKA_PORT"):
         load(CommonSettings, {"ZEROTRACE_KAFKA_PORT": "ninety-two"})
+
+
+def test_profiler_agg_settings_load_from_their_own_variables() -> None:
+    """The other settings.py (zerotrace_profiler_agg.settings): its variables apart from the
+    common ones, its defaults the fold's own bounds."""
+    fields = dataclasses.fields(ProfilerAggSettings)
+    envs = [f.metadata["env"] for f in fields]
+    assert all(env.startswith("ZEROTRACE_PROFILE_") for env in envs)
+    assert len(set(envs)) == len(envs)
+    assert not set(envs) & {f.metadata["env"] for f in dataclasses.fields(CommonSettings)}
+    assert all(f.metadata["doc"].strip() for f in fields)
+    defaults = load(ProfilerAggSettings, {})
+    assert defaults.group == names.GROUP_PROFILER_AGG
+    assert (defaults.live_allocations, defaults.quiet_windows) == (
+        DEFAULT_CAPACITY,
+        DEFAULT_QUIET_WINDOWS,
+    )
+    agg = load(
+        ProfilerAggSettings,
+        {"ZEROTRACE_PROFILE_WINDOW_MS": "2500", "ZEROTRACE_PROFILE_GROUP": "replay-1"},
+    )
+    assert (agg.window_ms, agg.group, agg.lateness_ms) == (2500, "replay-1", defaults.lateness_ms)
+    assert "ZEROTRACE_PROFILE_WINDOW_MS=2500  # " in "\n".join(describe(agg))
+    with pytest.raises(ConfigError, match="ZEROTRACE_PROFILE_LATENESS_MS"):
+        load(ProfilerAggSettings, {"ZEROTRACE_PROFILE_LATENESS_MS": "2s"})

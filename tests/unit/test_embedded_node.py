@@ -1,0 +1,140 @@
+"""The embedded node (zerotrace_cli/embedded_node.py) over the in-memory feed twin and a DuckDB
+file: records go feed -> bus -> steps -> store in one loop, each indexed document is shown as
+the output mode says, the run ends at its duration or its child's exit and drains every stage,
+the summary counts what was seen, and the APIs serve the store. Attached probes are
+tests/kernel/test_embedded_slice.py's."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_collector import file_open
+from zerotrace import settings
+from zerotrace_cli.common import StopFlag
+from zerotrace_cli.embedded_node import (
+    CHILD_GRACE_S,
+    DRAIN_LIMIT_S,
+    EmbeddedNode,
+    _drained,
+    output_mode,
+)
+from zerotrace_cli.node_feeds import NodeFeeds
+from zerotrace_collector.feed_memory import InMemoryFeed
+from zerotrace_collector.feeds import RawRecord
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def stop() -> Iterator[StopFlag]:
+    """A stop flag, with pytest's own signal handlers put back afterwards."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield StopFlag()
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def node_with(
+    tmp_path: Path, records: list[RawRecord], output: str = "quiet", keep: bool = False
+) -> tuple[EmbeddedNode, InMemoryFeed]:
+    feed = InMemoryFeed("file-open", records)
+    feed.attach()
+    common = settings.load(settings.CommonSettings, {"ZEROTRACE_HOME": str(tmp_path)})
+    node = EmbeddedNode(
+        NodeFeeds([feed], None, []),
+        tmp_path / "embedded.duckdb",
+        common,
+        keep=(lambda r: r.pid != 8) if keep else None,
+        output=output,
+    )
+    return node, feed
+
+
+def test_records_become_indexed_spans_shown_a_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node, feed = node_with(tmp_path, [file_open(7, 0), file_open(8, 1)], output="lines")
+    try:
+        while node.step_once():
+            pass
+        node.finish()
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) == 2 and all(" open /data/" in line for line in lines)
+        assert node.summary_lines()[:2] == [
+            "summary: 2 spans (file.open 2; 0 failed), 0 LLM requests, 0 dead letters",
+            "  process python3: 2 spans",
+        ]
+    finally:
+        node.close()
+    assert feed.closed
+
+
+def test_the_keep_filter_drops_records_before_the_bus(tmp_path: Path) -> None:
+    node, _feed = node_with(tmp_path, [file_open(7, 0), file_open(8, 1)], keep=True)
+    try:
+        while node.step_once():
+            pass
+        node.finish()
+        assert node.summary.spans == 1
+    finally:
+        node.close()
+
+
+def test_the_run_ends_at_its_duration_drains_and_serves_the_store(
+    tmp_path: Path, stop: StopFlag
+) -> None:
+    node, _feed = node_with(tmp_path, [file_open(7, n) for n in range(5)])
+    try:
+        node.serve(0, 0)
+        http = node._apis[0]
+        assert node.run(stop, None, duration_s=0.05, cpu_priority="idle") == 0
+        with urllib.request.urlopen(f"{http.url}/api/v1/spans?pid=7&limit=10") as response:
+            spans = json.load(response)["spans"]
+        assert sorted(s["name"] for s in spans) == [f"open /data/{n}.bin" for n in range(5)]
+    finally:
+        node.close()
+    assert (tmp_path / "embedded.duckdb").exists()
+
+
+def test_the_run_ends_with_its_childs_exit_code(tmp_path: Path, stop: StopFlag) -> None:
+    node, _feed = node_with(tmp_path, [file_open(7)])
+    child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    try:
+        assert node.run(stop, child, duration_s=0, cpu_priority="normal") == 3
+        assert node.summary.spans == 1  # what came before the exit is drained
+    finally:
+        node.close()
+
+
+def test_a_stop_ends_the_run_at_once(tmp_path: Path, stop: StopFlag) -> None:
+    node, _feed = node_with(tmp_path, [])
+    stop.set()
+    try:
+        assert node.run(stop, None, duration_s=0, cpu_priority="idle") == 0
+    finally:
+        node.close()
+
+
+def test_draining_ends_past_the_grace_when_idle_or_after_the_limit() -> None:
+    assert not _drained(None, 100.0, 0)  # not stopping
+    assert not _drained(10.0, 10.0 - CHILD_GRACE_S, 0)  # in the grace
+    assert not _drained(10.0, 11.0, 5)  # stages still move records
+    assert _drained(10.0, 11.0, 0)
+    assert _drained(10.0, 10.0 + DRAIN_LIMIT_S, 5)  # moving for too long: stop anyway
+
+
+def test_the_output_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert output_mode(quiet=True, lines=True) == "quiet"
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert output_mode(quiet=False, lines=False) == "live"
+    assert output_mode(quiet=False, lines=True) == "lines"
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    assert output_mode(quiet=False, lines=False) == "lines"

@@ -1,0 +1,134 @@
+"""Feeds (zerotrace_collector/feeds.py): a probe's samples as raw records for the bus, over
+stand-in probes (attached probes are tests/kernel/test_collector_kafka.py's): which topic,
+key and record each sample becomes, its container looked up once per pid, the probe's
+counters under the feed, and attach and close handed to the probe."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import pytest
+
+from tests.unit.test_collector_records import SAMPLE
+from tests.unit.test_socket_records import ENDS, conn, data
+from zerotrace import names
+from zerotrace.codec import AvroCodec
+from zerotrace_collector import feeds as feeds_module
+from zerotrace_collector.cgroup import container_id_of
+from zerotrace_collector.feeds import FileOpenFeed, RawRecord, SocketFeed
+from zerotrace_collector.probes.event_layout import ConnKind
+from zerotrace_collector.records import file_open_record
+from zerotrace_collector.socket_records import conn_event_record, socket_data_record
+
+pytestmark = pytest.mark.unit
+
+OFFSET = 1_700_000_000_000_000_000
+
+
+class Probe:
+    """What a feed asks of its probe, with samples scripted per poll."""
+
+    def __init__(self, *polls: list[Any], follow: bool = False) -> None:
+        self.polls = list(polls)
+        self.follow = follow
+        self.timeouts: list[int] = []
+        self.calls: list[str] = []
+        self.lost, self.malformed, self.truncated = 3, 1, 2
+        self.ciphertext_dropped, self.filtered = 4, 5
+
+    def attach(self) -> None:
+        self.calls.append("attach")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+    def poll(self, timeout_ms: int) -> list[Any]:
+        self.timeouts.append(timeout_ms)
+        return self.polls.pop(0) if self.polls else []
+
+    def endpoints(self, sample: Any) -> Any:
+        return ENDS
+
+
+@pytest.fixture
+def containers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Container lookups, by pid (none of these processes runs in one)."""
+    asked: list[int] = []
+
+    def read(pid: int) -> str | None:
+        asked.append(pid)
+        return None
+
+    monkeypatch.setattr(feeds_module, "container_id_of", read)
+    return asked
+
+
+def test_a_raw_record_knows_its_pid() -> None:
+    assert RawRecord("t", b"k", "r", {"pid": 42}).pid == 42
+    assert RawRecord("t", b"k", "r", {"pid": None}).pid == 0
+    assert RawRecord("t", b"k", "r", {}).pid == 0
+
+
+def test_file_opens_go_to_raw_fileio_keyed_by_pid(containers: list[int], codec: AvroCodec) -> None:
+    probe = Probe([SAMPLE, SAMPLE])
+    feed = FileOpenFeed(probe, "node-a", OFFSET)  # type: ignore[arg-type]
+    assert (feed.name, feed.follows) == ("file-open", False)
+    feed.attach()
+    records = feed.poll(25)
+    expected = file_open_record(SAMPLE, "node-a", OFFSET, None)
+    assert (
+        records == [RawRecord(names.RAW_FILEIO.name, b"10", names.RAW_FILEIO.record, expected)] * 2
+    )
+    assert codec.decode(codec.encode(records[0].record, records[0].datum))[1] == expected
+    assert probe.timeouts == [25] and containers == [10, 10]
+    assert feed.counters() == {"malformed": 1, "lost": 3}
+    feed.close()
+    assert probe.calls == ["attach", "close"]
+
+
+def test_socket_samples_go_to_their_topics_keyed_by_connection(
+    containers: list[int], codec: AvroCodec
+) -> None:
+    connect, sent = conn(ConnKind.CONNECT), data()
+    probe = Probe([connect, sent, data(pid=20), conn(ConnKind.CLOSE)], follow=True)
+    feed = SocketFeed(probe, "node-a", OFFSET)  # type: ignore[arg-type]
+    assert (feed.name, feed.follows) == ("socket", True)
+    records = list(feed.poll(0))
+    assert [r.topic for r in records] == [
+        names.RAW_CONN.name,
+        names.RAW_SOCKET.name,
+        names.RAW_SOCKET.name,
+        names.RAW_CONN.name,
+    ]
+    assert records[0].datum == conn_event_record(connect, "node-a", OFFSET, None, ENDS)
+    assert records[1].datum == socket_data_record(sent, "node-a", OFFSET, None, ENDS)
+    for record in records:
+        assert record.key == str(record.datum["conn_id"]).encode()
+        codec.encode(record.record, record.datum)
+    assert records[0].key == records[1].key == records[3].key != records[2].key
+    assert containers == [10, 20]  # once per pid
+    assert feed.counters() == {
+        "lost": 3,
+        "malformed": 1,
+        "truncated": 2,
+        "ciphertext_dropped": 4,
+        "filtered": 5,
+    }
+
+
+def test_a_socket_poll_hands_records_over_one_at_a_time(containers: list[int]) -> None:
+    probe = Probe([data(), data()])
+    feed = SocketFeed(probe, "node-a", OFFSET)  # type: ignore[arg-type]
+    records = feed.poll(10)
+    assert probe.timeouts == []  # a generator: the probe is polled when records are read
+    next(records)
+    assert probe.timeouts == [10] and probe.polls == []
+    assert len(list(records)) == 1
+
+
+def test_the_container_of_our_own_process_is_read_from_proc() -> None:
+    sample = dataclasses.replace(SAMPLE, pid=os.getpid())
+    [record] = FileOpenFeed(Probe([sample]), "n", 0).poll(0)  # type: ignore[arg-type]
+    assert record.datum["container_id"] == container_id_of(os.getpid())
