@@ -38,8 +38,11 @@ class Holds:
         if self.current is None:
             return
         where, offset = self.current
-        starts, _began = self._open.setdefault(key, ({}, event_ns))
-        starts.setdefault(where, offset)
+        claim = self._open.get(key)
+        if claim is None:  # the common case is a claim already open: allocate nothing then
+            self._open[key] = ({where: offset}, event_ns)
+        elif where not in claim[0]:
+            claim[0][where] = offset
 
     def release(self, key: Hashable) -> None:
         """State `key` is done: its outputs are made (or it was dropped)."""

@@ -32,6 +32,8 @@ from zerotrace.bus_kafka import KafkaBus, read_topic_from_start
 from zerotrace.codec import AvroCodec
 from zerotrace.schema_registry_kafka import KafkaSchemaRegistry
 from zerotrace.schemas import load_schema_dir
+from zerotrace.store import Query
+from zerotrace.store_opensearch import OpenSearchStore
 
 CONVERSATIONS = 200
 DONE_FIRST = 50  # short conversations that end before the kill
@@ -163,12 +165,14 @@ def test_a_correlator_stopped_mid_stream_leaves_each_conversation_once(
     assert sorted(stored_llm_ids(http_port, node)) == sorted(ids)
 
 
-def test_a_profiler_agg_killed_mid_window_leaves_each_window_once(
-    env: dict[str, str], workers: Workers, codec: AvroCodec
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_a_profiler_agg_stopped_mid_window_leaves_each_window_once(
+    env: dict[str, str], workers: Workers, codec: AvroCodec, stop: signal.Signals
 ) -> None:
     """Samples of four processes stream in as a collector sends them (ten a second each, at
-    their own times) while the first worker is killed and the second starts."""
+    their own times) while the first worker is stopped and the second starts."""
     bootstrap, node = env["ZEROTRACE_KAFKA"], env["ZEROTRACE_NODE_ID"]
+    query = workers.start("query", "--http-port", str(free_port()), "--grpc-port", str(free_port()))
     pids, rounds = (201, 202, 203, 204), 80
     stamps: list[int] = []
 
@@ -192,7 +196,7 @@ def test_a_profiler_agg_killed_mid_window_leaves_each_window_once(
     feeder = threading.Thread(target=stream)
     feeder.start()
     wait_until("the first windows", lambda: len(windows()) >= len(pids), first)
-    first.proc.send_signal(signal.SIGKILL)  # windows are open: records keep coming
+    first.proc.send_signal(stop)  # windows are open: records keep coming
     first.proc.wait(timeout=60)
     second = workers.start("profiler-agg")
     feeder.join(timeout=120)
@@ -204,3 +208,14 @@ def test_a_profiler_agg_killed_mid_window_leaves_each_window_once(
     assert max(ids.values()) == 1, ids.most_common(3)
     seconds = {stamp // S for stamp in stamps}  # windows are one second wide
     assert sum(w["samples"] for w in found) == total and len(ids) == len(seconds) * len(pids)
+    store = OpenSearchStore(env["ZEROTRACE_OPENSEARCH"])
+    try:
+
+        def indexed() -> list[str]:
+            docs = store.search(names.INDEX_PROFILES, Query(equals={"node_id": node}, limit=1000))
+            return [str(d["_id"]) for d in docs]
+
+        wait_until("every window in OpenSearch", lambda: len(indexed()) >= len(ids), query)
+        assert sorted(indexed()) == sorted(ids)
+    finally:
+        store.close()
