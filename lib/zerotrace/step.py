@@ -10,8 +10,8 @@ in-process bus) or the faust shell (faust_shell.py, a worker over Kafka). Both c
 - `held()` whenever the shell is about to commit input offsets: for each input partition, the
   lowest offset the step's open state still needs. The shell commits no further, so a worker
   that dies (or hands its partitions over) is followed by one that reads those records again
-  and rebuilds the same state: nothing in flight is lost. Outputs are published before the
-  offsets that produced them commit.
+  and rebuilds the same state: nothing in flight is lost. Outputs are published no later than
+  the offsets that produced them commit (the faust shell: in the same Kafka transaction).
 
 None of them blocks or reads a clock; outputs are produced in the order returned. A poison
 message becomes a dead letter among the outputs; only a bug raises.
