@@ -129,10 +129,9 @@ class EmbeddedNode:
         self.store.close()
 
     def summary_lines(self) -> list[str]:
-        correlator = self.correlator.counters()
         dead_letters = sum(c["dead_letters"] for c in self.steps.counters().values())
         dead_letters += self.indexer.dead_letters
-        http = {k: v for k, v in correlator.items() if k.startswith("http.")}
+        http = self.correlator.http.counters
         return self.summary.lines(dead_letters, self.collector.counters(), http)
 
     def _steer_priority(self, cpu_priority: str, catching_up: bool) -> bool:

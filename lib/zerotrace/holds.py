@@ -21,16 +21,12 @@ Position = tuple[Where, int]  # and an offset there
 
 class Holds:
     def __init__(self) -> None:
-        self._next: dict[Where, int] = {}  # per partition: one past the last offset taken
         self._open: dict[Hashable, tuple[dict[Where, int], int]] = {}  # starts, event time
         self.current: Position | None = None  # the message being processed, if any
 
     def took(self, position: Position | None) -> None:
         """The step starts processing the message at `position` (None: a tick or a flush)."""
         self.current = position
-        if position is not None:
-            where, offset = position
-            self._next[where] = max(self._next.get(where, 0), offset + 1)
 
     def claim(self, key: Hashable, event_ns: int = 0) -> None:
         """State `key` is built from the current message too (the first message per

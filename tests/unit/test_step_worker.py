@@ -1,5 +1,6 @@
-"""The faust shell's bookkeeping (StepWorker, pure): what each transaction carries, and what a
-successor drops. The shell over real Kafka and faust: tests/integration/test_faust_shell.py."""
+"""The faust shell's bookkeeping (zerotrace/step_worker.py, pure): what each transaction
+carries, and what a successor drops. The shell over real Kafka and faust:
+tests/integration/test_faust_shell.py."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from zerotrace.bus import Message
-from zerotrace.faust_shell import StepWorker
 from zerotrace.step import Held, Output
+from zerotrace.step_worker import StepWorker
 
 pytestmark = pytest.mark.unit
 
