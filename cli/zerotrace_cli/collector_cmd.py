@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from zerotrace import settings
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
+from zerotrace_cli.budget_args import add_budget_argument, hold_budget
 from zerotrace_cli.common import StopFlag, say
 from zerotrace_cli.kafka_wiring import kafka_bus, kafka_codec
 from zerotrace_cli.node_feeds import add_node_arguments
@@ -30,6 +31,7 @@ def register(sub: Any) -> None:
         "own traffic, which carries what it captures.",
     )
     add_node_arguments(p)
+    add_budget_argument(p)
     p.add_argument("--no-sockets", action="store_true", help="do not capture TCP traffic")
     p.add_argument("--duration", type=float, default=0, help="stop after this many seconds")
     p.add_argument(
@@ -57,6 +59,7 @@ def collector(args: argparse.Namespace) -> int:
         print("\n".join(feeds.programs()))
         return 0
     require_root()
+    budget = hold_budget(args, common)
     if not filtered and not args.no_sockets:
         say(NO_SOCKET_FILTER)
     bus = kafka_bus(common)
@@ -66,7 +69,10 @@ def collector(args: argparse.Namespace) -> int:
     if args.pid:
         feeds.follow(args.pid)
     say(f"collector attached ({feeds.names}); publishing to {common.kafka}")
-    return _publish(feeds, producer, kafka_codec(common.kafka), args.duration)
+    try:
+        return _publish(feeds, producer, kafka_codec(common.kafka), args.duration)
+    finally:
+        budget.release()
 
 
 def _publish(

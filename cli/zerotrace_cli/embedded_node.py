@@ -15,7 +15,6 @@ from zerotrace import names, settings
 from zerotrace.bus_memory import InMemoryBroker
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
-from zerotrace.cpu_priority import set_cpu_priority
 from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir
 from zerotrace.step_runner import StepRunner
@@ -84,17 +83,14 @@ class EmbeddedNode:
         stop: StopFlag,
         child: subprocess.Popen[bytes] | None,
         duration_s: float,
-        cpu_priority: str,
     ) -> int:
         """Observe until Ctrl-C/SIGTERM, the child's exit or the duration; then drain every
         stage and report what was in flight. Returns the child's exit code (0 without one)."""
         started = last_draw = time.monotonic()
         drain_until: float | None = None
         exit_code = 0
-        catching_up = False
         while not stop:
             moved = self.step_once()
-            catching_up = self._steer_priority(cpu_priority, catching_up)
             now = time.monotonic()
             if self.output == "live" and now - last_draw >= LIVE_REFRESH_S:
                 last_draw = now
@@ -133,16 +129,6 @@ class EmbeddedNode:
         dead_letters += self.indexer.dead_letters
         http = self.correlator.http.counters
         return self.summary.lines(dead_letters, self.collector.counters(), http)
-
-    def _steer_priority(self, cpu_priority: str, catching_up: bool) -> bool:
-        """Idle priority keeps zerotrace out of the observed programs' way, but when the
-        socket ring is left full after a poll (a burst: a large download) it competes
-        normally until it caught up, rather than lose what comes next."""
-        probe = self.feeds.socket_probe
-        if cpu_priority != "idle" or probe is None or probe.backlog == catching_up:
-            return catching_up
-        set_cpu_priority("normal" if probe.backlog else "idle")
-        return bool(probe.backlog)
 
     def _on_document(self, index: str, doc: dict[str, Any]) -> None:
         self.summary.add(index, doc)

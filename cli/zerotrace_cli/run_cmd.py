@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from zerotrace import settings
+from zerotrace_cli.budget_args import add_budget_argument, hold_budget
 from zerotrace_cli.common import StopFlag, embedded_store_path, say
 from zerotrace_cli.held_start import HeldCommand
 from zerotrace_cli.node_feeds import add_node_arguments
@@ -29,6 +30,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--duration", type=float, default=0, help="stop after this many seconds")
     add_node_arguments(p)
+    add_budget_argument(p)
     p.add_argument("--http-port", type=int, default=8080, help="HTTP API and web page port")
     p.add_argument("--grpc-port", type=int, default=50051, help="gRPC API port on 127.0.0.1")
     p.add_argument(
@@ -36,14 +38,6 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no line per record, only the summary")
     p.add_argument("--lines", action="store_true", help="a line per record even on a terminal")
-    p.add_argument(
-        "--cpu-priority",
-        choices=("idle", "normal"),
-        default="idle",
-        help="idle (default): zerotrace's own work runs only on CPU time the observed programs "
-        "leave (SCHED_IDLE), so they are not slowed; normal: compete with them, for a machine "
-        "so busy that events get lost",
-    )
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS]: run and observe it"
@@ -65,12 +59,16 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(feeds.programs()))
         return 0
     require_root()
+    budget = hold_budget(args, common)  # first: compiling the probes is zerotrace's work too
     say(f"compiling and attaching the eBPF probes ({feeds.names})")
     for note in feeds.attach():
         say(note)
     stop = StopFlag()
     held = HeldCommand(command) if command else None
     if held is not None:
+        refused = budget.exempt(held.pid)  # observed, not part of zerotrace's own work
+        if refused:
+            say(refused)
         say(f"observing `{' '.join(command)}` (pid {held.pid}) and its children")
     root = held.pid if held else args.pid
     if root:
@@ -87,20 +85,15 @@ def run(args: argparse.Namespace) -> int:
     )
     child = held.proc if held else None
     try:
+        node.budget = budget
         node.serve(args.http_port, args.grpc_port)
-        _set_priority(args.cpu_priority)
-        exit_code = node.run(stop, child, args.duration, args.cpu_priority)
+        exit_code = node.run(stop, child, args.duration)
     finally:
         node.close()
+        budget.release()
         if child is not None and child.poll() is None:
             child.terminate()
     for line in node.summary_lines():
         print(line)
     return exit_code
 
-
-def _set_priority(policy: str) -> None:
-    """After the child started (it must not inherit it) and every thread exists."""
-    from zerotrace.cpu_priority import set_cpu_priority
-
-    set_cpu_priority(policy)

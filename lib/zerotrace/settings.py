@@ -78,6 +78,11 @@ class CommonSettings:
         REPO_ROOT / ".zerotrace",
         "Folder for local state: infra data, logs, pid files, the embedded store.",
     )
+    cpu_budget: float = setting(
+        "ZEROTRACE_CPU_BUDGET",
+        0.5,
+        "Cores the collector's and `run`'s own work may use (cgroup cpu limit; 0 = unlimited).",
+    )
     kafka: str = setting("ZEROTRACE_KAFKA", "127.0.0.1:9092", "Kafka bootstrap servers.")
     kafka_port: int = setting("ZEROTRACE_KAFKA_PORT", 9092, "Port of the local Kafka (infra up).")
     opensearch: str = setting(

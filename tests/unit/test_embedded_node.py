@@ -95,7 +95,7 @@ def test_the_run_ends_at_its_duration_drains_and_serves_the_store(
     try:
         node.serve(0, 0)
         http = node._apis[0]
-        assert node.run(stop, None, duration_s=0.05, cpu_priority="idle") == 0
+        assert node.run(stop, None, duration_s=0.05) == 0
         with urllib.request.urlopen(f"{http.url}/api/v1/spans?pid=7&limit=10") as response:
             spans = json.load(response)["spans"]
         assert sorted(s["name"] for s in spans) == [f"open /data/{n}.bin" for n in range(5)]
@@ -108,7 +108,7 @@ def test_the_run_ends_with_its_childs_exit_code(tmp_path: Path, stop: StopFlag) 
     node, _feed = node_with(tmp_path, [file_open(7)])
     child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     try:
-        assert node.run(stop, child, duration_s=0, cpu_priority="normal") == 3
+        assert node.run(stop, child, duration_s=0) == 3
         assert node.summary.spans == 1  # what came before the exit is drained
     finally:
         node.close()
@@ -118,7 +118,7 @@ def test_a_stop_ends_the_run_at_once(tmp_path: Path, stop: StopFlag) -> None:
     node, _feed = node_with(tmp_path, [])
     stop.set()
     try:
-        assert node.run(stop, None, duration_s=0, cpu_priority="idle") == 0
+        assert node.run(stop, None, duration_s=0) == 0
     finally:
         node.close()
 

@@ -19,16 +19,13 @@ def parse(*argv: str) -> argparse.Namespace:
     return build_parser().parse_args(["run", *argv])
 
 
-def test_the_defaults_observe_the_machine_at_idle_priority() -> None:
+def test_the_defaults_observe_the_machine_within_the_budget_setting() -> None:
     args = parse()
     assert (args.duration, args.pid, args.port, args.command) == (0, 0, [], [])
     assert (args.http_port, args.grpc_port, args.store) == (8080, 50051, None)
-    assert (args.cpu_priority, args.quiet, args.lines, args.profile) == (
-        "idle",
-        False,
-        False,
-        False,
-    )
+    # None: the budget comes from $ZEROTRACE_CPU_BUDGET (0.5 core unless set).
+    assert (args.cpu_budget, args.quiet, args.lines, args.profile) == (None, False, False, False)
+    assert parse("--cpu-budget", "1.5").cpu_budget == 1.5
 
 
 def test_everything_after_the_separator_is_the_command() -> None:
@@ -36,8 +33,9 @@ def test_everything_after_the_separator_is_the_command() -> None:
     assert args.port == [8000, 8001]
     assert args.command == ["--", "python3", "serve.py", "--port", "9"]
     assert parse("--store", "/tmp/x.duckdb").store == Path("/tmp/x.duckdb")
-    with pytest.raises(SystemExit):
-        parse("--cpu-priority", "realtime")
+    for wrong in ("-1", "half", "nan"):
+        with pytest.raises(SystemExit):
+            parse("--cpu-budget", wrong)
 
 
 def programs(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
