@@ -10,6 +10,13 @@
  * switch-in, possibly seconds later; a stack-id map would need user space to delete ids it
  * has used (racing with stored ids) or to let the map fill up. A copy has no lifecycle.
  *
+ * Processes are also announced, on a ring of their own that wakes the reader at once
+ * (zt_profile_news): when one is first seen (its first sample or switch-out), at exec, and
+ * when it maps executable code (a library, libpython of a shared build). The reader reads
+ * its maps, ELF symbols and Python layout then, while the process is surely alive, not when
+ * its samples come to be named: a program that exits right after its samples, or on a node
+ * so busy that samples wait, is still named in full.
+ *
  * Compiled after bpf/python_stack.h (the loader puts that text first; see there why it is not
  * #include'd). Decoder: services/collector/zerotrace_collector/probes/profile_decode.py.
  *
@@ -23,12 +30,20 @@
  *   ZT_RINGBUF_PAGES   ring buffer size in pages
  *   ZT_WAKEUP_EVERY    wake the reader once per this many events (it also wakes on its poll
  *                      timeout), not once per event
+ *   ZT_NEWS_MAPPINGS   1 = announce new executable mappings (needs the syscalls tracepoints)
  */
 #include <uapi/linux/bpf_perf_event.h>
 #include <linux/sched.h>
 
 #define ZT_EVENT_ON_CPU 16
 #define ZT_EVENT_OFF_CPU 17
+#define ZT_EVENT_PROCESS_NEWS 18
+
+/* Why a process is announced (struct zt_process_news.reason). */
+#define ZT_NEWS_FIRST_SEEN 1
+#define ZT_NEWS_EXEC 2
+#define ZT_NEWS_EXEC_MAPPING 3
+#define ZT_PROT_EXEC 4 /* PROT_EXEC of mman.h */
 
 #ifndef ZT_STACK_DEPTH
 #define ZT_STACK_DEPTH 32
@@ -64,6 +79,20 @@ struct zt_profile_event {
 	struct zt_py_stack py;
 };
 
+/*
+ *   offset size field
+ *        0    4 type    ZT_EVENT_PROCESS_NEWS
+ *        4    4 pid     tgid
+ *        8    4 reason  ZT_NEWS_*
+ *       12    4 reserved
+ */
+struct zt_process_news {
+	u32 type;
+	u32 pid;
+	u32 reason;
+	u32 reserved;
+};
+
 #ifndef ZT_WAKEUP_EVERY
 #define ZT_WAKEUP_EVERY 64
 #endif
@@ -71,9 +100,17 @@ struct zt_profile_event {
 #define ZT_STAT_LOST 0        /* ring buffer full */
 #define ZT_STAT_OFFCPU_FULL 1 /* zt_offcpu_start full: a switch-out went unrecorded */
 #define ZT_STAT_EMITTED 2     /* events output (drives the batched wake-ups) */
+#define ZT_STAT_NEWS_LOST 3   /* news ring full: a process announced late (at its samples) */
 
 BPF_RINGBUF_OUTPUT(zt_profile_events, ZT_RINGBUF_PAGES);
-BPF_ARRAY(zt_profile_stats, u64, 3);
+BPF_RINGBUF_OUTPUT(zt_profile_news, 16);
+BPF_ARRAY(zt_profile_stats, u64, 4);
+/* Processes announced (tgid -> 1); the leader's exit takes its entry out. LRU: an entry of a
+ * process whose exit went unseen must not stay forever (it is then announced again). */
+BPF_TABLE("lru_hash", u32, u8, zt_seen, 16384);
+/* Threads inside an mmap of executable code (tid -> 1), from its entry to its return: the
+ * mapping exists only once the call returns, which is when it is announced. */
+BPF_TABLE("lru_hash", u32, u8, zt_mapping_exec, 4096);
 BPF_PERCPU_ARRAY(zt_profile_scratch, struct zt_profile_event, 1);
 /* tid -> the event being built for a thread that is off CPU (switch-out time and stacks). LRU:
  * a thread that exits never switches in again, and its entry must not stay forever. */
@@ -112,6 +149,23 @@ static __always_inline int zt_wanted(u32 tgid, u32 tid)
 	return 1;
 }
 
+static __always_inline void zt_announce(u32 tgid, u32 reason)
+{
+	struct zt_process_news news = {ZT_EVENT_PROCESS_NEWS, tgid, reason, 0};
+	if (zt_profile_news.ringbuf_output(&news, sizeof(news), BPF_RB_FORCE_WAKEUP) != 0)
+		zt_count(ZT_STAT_NEWS_LOST);
+}
+
+/* Announce a process at its first sample or switch-out (once until its leader exits). */
+static __always_inline void zt_first_seen(u32 tgid)
+{
+	if (zt_seen.lookup(&tgid) != NULL)
+		return;
+	u8 one = 1;
+	zt_seen.update(&tgid, &one);
+	zt_announce(tgid, ZT_NEWS_FIRST_SEEN);
+}
+
 /* Fill everything but type, weight and ts from the current task (must be the profiled one). */
 static __always_inline struct zt_profile_event *zt_fill(void *ctx, u32 tgid, u32 tid)
 {
@@ -119,6 +173,7 @@ static __always_inline struct zt_profile_event *zt_fill(void *ctx, u32 tgid, u32
 	struct zt_profile_event *e = zt_profile_scratch.lookup(&zero);
 	if (!e)
 		return NULL;
+	zt_first_seen(tgid);
 	e->pid = tgid;
 	e->tid = tid;
 	e->reserved = 0;
@@ -196,12 +251,59 @@ TRACEPOINT_PROBE(sched, sched_process_fork)
 	return 0;
 }
 
-/* A followed task that ends leaves the map (its id may be reused by an unrelated process); for
- * a thread the entry is its own tid, for the process's last leader its tgid. */
+#endif
+
+/* A task that ends: a followed one leaves zt_follow (its id may be reused by an unrelated
+ * process; for a thread the entry is its own tid, for the process's last leader its tgid),
+ * and a process whose leader ends is announced afresh if its pid comes back. */
 TRACEPOINT_PROBE(sched, sched_process_exit)
 {
-	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32, tid = (u32)id;
+#if ZT_FOLLOW
 	zt_follow.delete(&tid);
+#endif
+	if (tid == tgid)
+		zt_seen.delete(&tgid);
+	return 0;
+}
+
+/* Another program in the same process: its symbols and interpreter are all new. */
+TRACEPOINT_PROBE(sched, sched_process_exec)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32, tid = (u32)id;
+	if (!zt_wanted(tgid, tid))
+		return 0;
+	u8 one = 1;
+	zt_seen.update(&tgid, &one);
+	zt_announce(tgid, ZT_NEWS_EXEC);
+	return 0;
+}
+
+#if ZT_NEWS_MAPPINGS
+TRACEPOINT_PROBE(syscalls, sys_enter_mmap)
+{
+	if (!(args->prot & ZT_PROT_EXEC))
+		return 0;
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32, tid = (u32)id;
+	if (!zt_wanted(tgid, tid))
+		return 0;
+	u8 one = 1;
+	zt_mapping_exec.update(&tid, &one);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_mmap)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tid = (u32)id;
+	if (zt_mapping_exec.lookup(&tid) == NULL)
+		return 0;
+	zt_mapping_exec.delete(&tid);
+	if (args->ret >= 0 || args->ret < -4095) /* an address, not an errno */
+		zt_announce(id >> 32, ZT_NEWS_EXEC_MAPPING);
 	return 0;
 }
 #endif

@@ -337,3 +337,65 @@ def test_a_thread_past_the_walkers_reach(feed: ProfileFeed) -> None:
     # Only the samples taken before the first walk lack them (one poll's worth).
     assert len(chained) >= 0.9 * len(main), (len(chained), len(main), main[:2])
     assert feed.counters()["py_thread_walks"] > walks_before
+
+
+SHORT_LIVED = textwrap.dedent(
+    """
+    import json, sys, time
+
+    def hot_loop(until):
+        x = 0
+        while time.process_time() < until:
+            x += 1
+
+    def handle_request():
+        hot_loop(time.process_time() + 0.3)
+
+    handle_request()
+    print(json.dumps({"cpu_s": time.process_time()}), flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("neighbours", [0, os.cpu_count() or 1], ids=["quiet", "busy"])
+def test_a_program_that_runs_300_ms_and_exits_at_once_is_named_in_full(
+    feed: ProfileFeed, neighbours: int
+) -> None:
+    """A shell (followed) execs Python, which runs 300 ms of CPU in a known chain and exits:
+    the exec is announced, the new program inspected while it lives, and its samples carry
+    their Python frames, read before or after it exited; beside one CPU-bound neighbour per
+    core too. Before processes were announced, such a program got no Python frames at all
+    (inspected only when its samples came, after an exec check once a second)."""
+    burners = [
+        subprocess.Popen(["/usr/bin/python3.11", "-c", "while True: pass"])
+        for _ in range(neighbours)
+    ]
+    script = f"read go; exec /usr/bin/python3.11 -c '{SHORT_LIVED}'"
+    try:
+        with subprocess.Popen(
+            ["/bin/sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        ) as sh:
+            assert sh.stdin and sh.stdout
+            feed.probe.follow_pid(sh.pid)
+            sh.stdin.write("go\n")
+            sh.stdin.flush()
+            records = []
+            deadline = time.monotonic() + 20
+            while sh.poll() is None and time.monotonic() < deadline:
+                records += [r.datum for r in feed.poll(50) if r.pid == sh.pid]
+            records += [r.datum for r in feed.poll(300) if r.pid == sh.pid]
+            cpu_s = json.loads(sh.stdout.read())["cpu_s"]
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    on = [r["frames"] for r in records if r["profile_type"] == "ON_CPU"]
+    expected = cpu_s * 97  # the sampling rate over the program's CPU time
+    chained = [
+        f for f in on if 0 <= index_of(f, "py:handle_request ") < index_of(f, "py:hot_loop ")
+    ]
+    assert len(on) >= 0.8 * expected, (len(on), expected)
+    # All but the interpreter's start-up (before any Python frame exists) are in the chain.
+    assert len(chained) >= 0.85 * len(on), (len(chained), len(on), on[:3])
+    counters = feed.counters()
+    assert counters["news_exec"] >= 1 and counters["lost"] == 0, counters

@@ -41,7 +41,7 @@ from zerotrace_collector.probes.gpu_decode import (
     ApiKind,
     call_size,
 )
-from zerotrace_collector.probes.profile_decode import EVENT_HEAD, ProfileLayout
+from zerotrace_collector.probes.profile_decode import EVENT_HEAD, NEWS_STRUCT, ProfileLayout
 from zerotrace_collector.probes.socket_decode import CONN_EVENT, DATA_HEADER
 
 pytestmark = pytest.mark.unit
@@ -334,6 +334,7 @@ SCALARS = {
     "ZT_EVENT_SOCK_CONN": ("zerotrace_events.h", "ZT_EVENT_SOCK_CONN"),
     "ZT_EVENT_ON_CPU": ("profile.c", "ZT_EVENT_ON_CPU"),
     "ZT_EVENT_OFF_CPU": ("profile.c", "ZT_EVENT_OFF_CPU"),
+    "ZT_EVENT_PROCESS_NEWS": ("profile.c", "ZT_EVENT_PROCESS_NEWS"),
     "ZT_EVENT_GPU_CALL": ("gpu_calls.c", "ZT_EVENT_GPU_CALL"),
     "ZT_EVENT_GPU_LIB": ("gpu_calls.c", "ZT_EVENT_GPU_LIB"),
     "COMM_LEN": ("zerotrace_events.h", "ZT_COMM_LEN"),
@@ -384,6 +385,11 @@ def test_socket_enum_matches_the_header_defines(enum: type[IntEnum]) -> None:
     assert {m.name: m.value for m in enum} == c_group(header, DEFINE_GROUPS[enum])
 
 
+def test_news_reasons_match_the_profile_program() -> None:
+    constants = program("profile.c").constants
+    assert {m.name: m.value for m in layout.NewsReason} == c_group(constants, "ZT_NEWS_")
+
+
 def test_socket_flags_match_the_header() -> None:
     flags = {n: getattr(layout, n) for n in layout.__all__ if n.startswith("F_")}
     header = program("zerotrace_events.h").constants
@@ -400,7 +406,7 @@ def test_every_layout_constant_is_checked() -> None:
     ints = {n for n, v in public.items() if type(v) is int}
     assert ints - {n for n in ints if n.startswith("F_")} == set(SCALARS) | PYTHON_ONLY
     enums = {n for n, v in public.items() if isinstance(v, type) and issubclass(v, IntEnum)}
-    assert enums == {e.__name__ for e in DEFINE_GROUPS} | {PyStatus.__name__}
+    assert enums == {e.__name__ for e in DEFINE_GROUPS} | {"PyStatus", "NewsReason"}
 
 
 # (the file that declares the struct, its tag, the member the Python struct stops before,
@@ -412,6 +418,7 @@ STRUCTS = [
     ("gpu_calls.c", "zt_gpu_call_event", "py", CALL_STRUCT),
     ("gpu_calls.c", "zt_gpu_lib_event", None, LIB_STRUCT),
     ("profile.c", "zt_profile_event", "kstack", EVENT_HEAD),
+    ("profile.c", "zt_process_news", None, NEWS_STRUCT),
     ("python_stack.h", "zt_py_stack", "code", PY_STACK_HEAD),
 ]
 

@@ -1,11 +1,14 @@
 """The CPU profiler as a collector feed: :class:`ProfileProbe` samples -> ``raw.stack`` records
 (profile_type ON_CPU, weight 1 per sample; OFF_CPU, weight = ns blocked).
 
-What this shell adds to the probe: it learns which processes are CPython the first time one
-of their samples arrives (``python_procs.inspect``, then the BPF walker gets that process's
-offsets, so Python frames show from its next sample on), names frames (native and kernel by
-the symbolizer, Python by :class:`PythonSymbols`), merges them (:func:`merge_stack`) and drops
-what it holds for processes that exited or whose pid was reused.
+What this shell adds to the probe: it looks at a process when the probe announces it (first
+seen, exec, a new executable mapping: :class:`ProcessNews`), while it surely lives: whether it
+is CPython (``python_procs.inspect``, then the BPF walker gets that process's offsets, so
+Python frames show from then on) and its memory maps (the symbolizer). It names frames (native
+and kernel by the symbolizer, Python by :class:`PythonSymbols`), merges them
+(:func:`merge_stack`) and drops what it holds for processes whose pid was reused at once, and
+for processes that exited only *keep_exited_s* later: their last samples may still be in the
+ring or in the batch being named (on a busy node, seconds behind), and must be named in full.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from typing import Any, Protocol
 from zerotrace import names
 from zerotrace_collector.cgroup import ContainerIds
 from zerotrace_collector.feeds import RawRecord
-from zerotrace_collector.probes.event_layout import PyStatus
+from zerotrace_collector.probes.event_layout import NewsReason, PyStatus
 from zerotrace_collector.probes.profile import ProfileProbe
-from zerotrace_collector.probes.profile_decode import ProfileSample
+from zerotrace_collector.probes.profile_decode import ProcessNews, ProfileSample
 from zerotrace_collector.python_procs import PythonProcess, inspect, process_start_time
 from zerotrace_collector.python_symbols import PythonSymbols
 from zerotrace_collector.python_threads import ThreadStateRefill
@@ -37,6 +40,7 @@ class FrameSymbolizer(Protocol):
     def user_frames(self, pid: int, addresses: Sequence[int]) -> list[str]: ...
     def kernel_frames(self, addresses: Sequence[int]) -> list[str]: ...
     def forget(self, pid: int) -> None: ...
+    def prepare(self, pid: int, *, reread: bool = False) -> bool: ...
     def counters(self) -> dict[str, int]: ...
 
 
@@ -48,7 +52,8 @@ class ProfileFeed:
     be Python is looked at again when its executable changes (a forked shell that execs
     python: checked at most every *exec_check_s*, a readlink) and every *recheck_s* in full
     (a program that loads libpython later; reading maps costs more, so less often). Every
-    *sweep_s* the known processes are checked for exit, pid reuse and exec.
+    *sweep_s* the known processes are checked for exit, pid reuse and exec; what is known of
+    one that exited is dropped *keep_exited_s* after its exit was noticed.
     """
 
     name = "profile"
@@ -65,6 +70,7 @@ class ProfileFeed:
         recheck_s: float = 60.0,
         exec_check_s: float = 1.0,
         sweep_s: float = 5.0,
+        keep_exited_s: float = 60.0,
         max_stacks: int = 16_384,
         thread_walk_s: float = 2.0,
         proc: str = "/proc",
@@ -79,10 +85,12 @@ class ProfileFeed:
         self._recheck_s = recheck_s
         self._exec_check_s = exec_check_s
         self._sweep_s = sweep_s
+        self._keep_exited_s = keep_exited_s
         self._proc = proc
         self._procs: dict[int, PythonProcess | None] = {}
         # pid -> (executable, when inspected, when the executable was last looked at)
         self._seen: dict[int, tuple[str, float, float]] = {}
+        self._gone: dict[int, float] = {}  # pid -> when its exit was noticed
         self._swept_at = clock()
         self._containers = ContainerIds()
         # Merged frames by everything they are made of: a busy program repeats a few stacks
@@ -145,6 +153,7 @@ class ProfileFeed:
 
     def _forget(self, pid: int) -> None:
         self._stacks.clear()
+        self._gone.pop(pid, None)
         self._procs.pop(pid, None)
         self._seen.pop(pid, None)
         self._thread_states.forget(pid)
@@ -154,14 +163,23 @@ class ProfileFeed:
         with contextlib.suppress(RuntimeError):  # probe already closed
             self.probe.forget_python(pid)
 
+    def _start_time(self, pid: int) -> int | None:
+        try:
+            with open(f"{self._proc}/{pid}/stat") as f:
+                return process_start_time(f.read())
+        except (OSError, ValueError, IndexError):
+            return None
+
     def _sweep(self) -> None:
+        now = self._clock()
         for pid, known in list(self._procs.items()):
-            try:
-                with open(f"{self._proc}/{pid}/stat") as f:
-                    start = process_start_time(f.read())
-            except (OSError, ValueError, IndexError):
-                self.counts["process_exited"] += 1
-                self._forget(pid)
+            start = self._start_time(pid)
+            if start is None:
+                if pid not in self._gone:
+                    self.counts["process_exited"] += 1
+                    self._gone[pid] = now
+                elif now - self._gone[pid] >= self._keep_exited_s:
+                    self._forget(pid)
                 continue
             if known is not None and known.start_time != start:
                 self.counts["pid_reused"] += 1
@@ -169,6 +187,34 @@ class ProfileFeed:
             elif known is not None and self._exe(pid) != self._seen[pid][0]:
                 self.counts["process_exec"] += 1  # no longer that interpreter
                 self._forget(pid)
+
+    def take_news(self, news: list[ProcessNews]) -> None:
+        """Look at the announced processes now, each once however often it was announced:
+        after an exec it is another program (everything known of it is dropped); a new
+        executable mapping may be libpython of a shared build or a library whose symbols are
+        wanted (maps read again); a process not Python so far is inspected again."""
+        latest: dict[int, NewsReason] = {}
+        for item in news:
+            if latest.get(item.pid) != NewsReason.EXEC:
+                latest[item.pid] = item.reason
+        for pid, reason in latest.items():
+            self.counts[f"news_{reason.name.lower()}"] += 1
+            if reason == NewsReason.EXEC or self._reused(pid):
+                self.counts["process_exec" if reason == NewsReason.EXEC else "pid_reused"] += 1
+                self._forget(pid)
+            elif pid in self._procs and self._procs[pid] is None:
+                # Not Python so far: libpython may be mapped since, or the pid is another
+                # process's now (announced again after its holder's exit). Look again.
+                del self._procs[pid], self._seen[pid]
+            self.python_process(pid)
+            self._symbolizer.prepare(pid, reread=reason == NewsReason.EXEC_MAPPING)
+
+    def _reused(self, pid: int) -> bool:
+        """Known under this pid, but another process has it now."""
+        if pid in self._gone:
+            return True
+        known = self._procs.get(pid)
+        return known is not None and self._start_time(pid) not in (None, known.start_time)
 
     # -- samples -------------------------------------------------------------
 
@@ -241,6 +287,7 @@ class ProfileFeed:
 
     def poll(self, timeout_ms: int) -> list[RawRecord]:
         samples = self.probe.poll(timeout_ms)
+        self.take_news(self.probe.take_news())
         for pid in {s.pid for s in samples}:
             self.python_process(pid)
         out = [self.record(s) for s in samples]
@@ -254,6 +301,7 @@ class ProfileFeed:
             "lost": self.probe.lost,
             "malformed": self.probe.malformed,
             "off_cpu_full": self.probe.off_cpu_full,
+            "news_lost": self.probe.news_lost,
             "python_processes": sum(1 for p in self._procs.values() if p is not None),
         }
         out.update(self.counts)

@@ -11,7 +11,8 @@ Where the C side declares what is mirrored here::
     bpf/zerotrace_events.h  ZT_COMM_LEN, ZT_PATH_MAX, enum zt_event_type (file open,
                             socket), ZT_DIR_*, ZT_SRC_*, ZT_OP_*, ZT_SOCK_F_*, ZT_CONN_*
     bpf/python_stack.h      ZT_PY_MAX_DEPTH, enum zt_py_status, struct zt_py_stack
-    bpf/profile.c           ZT_EVENT_ON_CPU, ZT_EVENT_OFF_CPU, ZT_STACK_DEPTH
+    bpf/profile.c           ZT_EVENT_ON_CPU, ZT_EVENT_OFF_CPU, ZT_EVENT_PROCESS_NEWS,
+                            ZT_NEWS_*, ZT_STACK_DEPTH
     bpf/gpu_calls.c         ZT_EVENT_GPU_CALL, ZT_EVENT_GPU_LIB
     bpf/socket.c            ZT_PAYLOAD_MAX
 
@@ -47,10 +48,12 @@ __all__ = [
     "ZT_EVENT_GPU_LIB",
     "ZT_EVENT_OFF_CPU",
     "ZT_EVENT_ON_CPU",
+    "ZT_EVENT_PROCESS_NEWS",
     "ZT_EVENT_SOCK_CONN",
     "ZT_EVENT_SOCK_DATA",
     "ConnKind",
     "Direction",
+    "NewsReason",
     "PyStatus",
     "RawEvent",
     "SockOp",
@@ -68,6 +71,7 @@ ZT_EVENT_SOCK_DATA: Final = 2
 ZT_EVENT_SOCK_CONN: Final = 3
 ZT_EVENT_ON_CPU: Final = 0x10
 ZT_EVENT_OFF_CPU: Final = 0x11
+ZT_EVENT_PROCESS_NEWS: Final = 0x12
 ZT_EVENT_GPU_CALL: Final = 0x10
 ZT_EVENT_GPU_LIB: Final = 0x11
 
@@ -140,6 +144,14 @@ class ConnKind(IntEnum):
 
 
 # ---- struct zt_py_stack, the tail of profile and GPU call records -----------------------
+
+
+class NewsReason(IntEnum):
+    """ZT_NEWS_*: why profile.c announces a process (struct zt_process_news.reason)."""
+
+    FIRST_SEEN = 1  # its first sample or switch-out
+    EXEC = 2  # it became another program
+    EXEC_MAPPING = 3  # it mapped executable code (a library)
 
 
 class PyStatus(IntEnum):

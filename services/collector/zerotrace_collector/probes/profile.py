@@ -26,7 +26,7 @@ from .bcc_loader import (
     tell_thread_states,
 )
 from .event_layout import DEFAULT_PY_DEPTH, DEFAULT_STACK_DEPTH
-from .profile_decode import ProfileLayout, ProfileSample
+from .profile_decode import ProcessNews, ProfileLayout, ProfileSample
 from .python_stack import PYTHON_STACK_FILE, python_stack_cflags
 
 __all__ = ["DEFAULT_RATE_HZ", "ProfileProbe", "program_text"]
@@ -38,6 +38,8 @@ DEFAULT_RATE_HZ: Final = 97
 DEFAULT_OFFCPU_MIN_NS: Final = 1_000_000
 _STAT_LOST: Final = 0
 _STAT_OFFCPU_FULL: Final = 1
+_STAT_NEWS_LOST: Final = 3
+_MAPPING_TRACEPOINTS: Final = (("syscalls", "sys_enter_mmap"), ("syscalls", "sys_exit_mmap"))
 _PERF_TYPE_SOFTWARE: Final = 1
 _PERF_COUNT_SW_CPU_CLOCK: Final = 0
 
@@ -97,7 +99,9 @@ class ProfileProbe(AttachedProbe):
         self.notes: list[str] = []
         self._bpf: Any = None
         self._pending: list[ProfileSample] = []
+        self._news: list[ProcessNews] = []
         self._lost_at_close = 0
+        self._mappings = True  # announce executable mappings (set by attach)
 
     # -- program -------------------------------------------------------------
 
@@ -112,6 +116,7 @@ class ProfileProbe(AttachedProbe):
             f"-DZT_STACK_DEPTH={self.layout.stack_depth}",
             f"-DZT_PY_MAX_DEPTH={self.layout.py_depth}",
             f"-DZT_RINGBUF_PAGES={self.ringbuf_pages}",
+            f"-DZT_NEWS_MAPPINGS={int(self._mappings)}",
             *python_stack_cflags()[0],
         ]
 
@@ -124,7 +129,7 @@ class ProfileProbe(AttachedProbe):
         """Compile and attach; raise :class:`ProbeUnavailable` with one line on any failure."""
         if self._bpf is not None:
             return
-        tracepoints = []
+        tracepoints = [("sched", "sched_process_exec"), ("sched", "sched_process_exit")]
         if self.off_cpu:
             tracepoints.append(("sched", "sched_switch"))
         if self.pids is not None:
@@ -132,6 +137,12 @@ class ProfileProbe(AttachedProbe):
         bpf_class = bcc_for("CPU profiler", tracepoints)
         note = python_stack_cflags()[1]
         self.notes = [note] if note else []
+        self._mappings = all(bpf_class.tracepoint_exists(*tp) for tp in _MAPPING_TRACEPOINTS)
+        if not self._mappings:
+            self.notes.append(
+                "no syscalls tracepoints (CONFIG_FTRACE_SYSCALLS): a library loaded later is "
+                "named when its samples come, and may be missed if the process exits first"
+            )
         bpf = compile_program(bpf_class, self._source(), self.cflags(), self.source_path)
         try:
             if self.pids is not None:
@@ -139,6 +150,7 @@ class ProfileProbe(AttachedProbe):
                 for pid in self.pids:
                     follow[follow.Key(pid)] = follow.Leaf(1)
             bpf[b"zt_profile_events"].open_ring_buffer(self._on_event)
+            bpf[b"zt_profile_news"].open_ring_buffer(self._on_news)
             if self.rate_hz:
                 bpf.attach_perf_event(
                     ev_type=_PERF_TYPE_SOFTWARE,
@@ -197,6 +209,19 @@ class ProfileProbe(AttachedProbe):
             self.malformed += 1
         return 0
 
+    def _on_news(self, _ctx: Any, data: int, size: int) -> int:
+        try:
+            self._news.append(ProcessNews.decode(ctypes.string_at(data, size)))
+        except MalformedEvent:
+            self.malformed += 1
+        return 0
+
+    def take_news(self) -> list[ProcessNews]:
+        """Processes announced since the last call (read by the same polls as the samples;
+        the news ring wakes a waiting poll at once), oldest first."""
+        out, self._news = self._news, []
+        return out
+
     def poll(self, timeout_ms: int) -> list[ProfileSample]:
         """Wait up to *timeout_ms* (-1 = until a batch is ready); return the samples received.
 
@@ -217,6 +242,11 @@ class ProfileProbe(AttachedProbe):
     def lost(self) -> int:
         """Samples dropped in the kernel (ring buffer full)."""
         return self._lost_at_close if self._bpf is None else self._stat(_STAT_LOST)
+
+    @property
+    def news_lost(self) -> int:
+        """Processes not announced because the news ring was full (named at their samples)."""
+        return 0 if self._bpf is None else self._stat(_STAT_NEWS_LOST)
 
     @property
     def off_cpu_full(self) -> int:

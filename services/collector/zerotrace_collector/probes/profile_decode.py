@@ -19,17 +19,40 @@ from .event_layout import (
     PY_STACK_HEAD,
     ZT_EVENT_OFF_CPU,
     ZT_EVENT_ON_CPU,
+    ZT_EVENT_PROCESS_NEWS,
+    NewsReason,
     PyStatus,
     py_stack_size,
 )
 
 __all__ = [
     "EVENT_HEAD",
+    "NEWS_STRUCT",
+    "ProcessNews",
     "ProfileLayout",
     "ProfileSample",
 ]
 
 EVENT_HEAD: Final = struct.Struct(f"<IIIiiIQQ{COMM_LEN}s")  # type .. comm: 56 bytes
+NEWS_STRUCT: Final = struct.Struct("<IIII")  # struct zt_process_news: type, pid, reason, pad
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessNews:
+    """A process to look at now: first seen, exec'd, or mapped executable code."""
+
+    pid: int
+    reason: NewsReason
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ProcessNews:
+        """Raise :class:`MalformedEvent` for a wrong size, type or reason."""
+        if len(raw) < NEWS_STRUCT.size:
+            raise MalformedEvent(f"process news of {len(raw)} bytes, want {NEWS_STRUCT.size}")
+        kind, pid, reason, _ = NEWS_STRUCT.unpack_from(raw)
+        if kind != ZT_EVENT_PROCESS_NEWS or reason not in NewsReason._value2member_map_:
+            raise MalformedEvent(f"event type {kind} / reason {reason} is not process news")
+        return cls(pid, NewsReason(reason))
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,6 +112,23 @@ class Symbolizer:
             frames = proc.frames
             return [frames.get(a) or self._frame(proc, a) for a in addresses]
 
+    def prepare(self, pid: int, *, reread: bool = False) -> bool:
+        """Read *pid*'s memory maps now, while it surely lives (reread: again, it mapped a
+        library since), so that its samples are named even if they are read after it exited:
+        cached maps stay the truth for a process that is gone, and its files are then opened
+        by their plain paths. False when it is already gone."""
+        with self._lock:
+            known = pid in self._procs
+            proc = self._process(pid)
+            if proc is None:
+                return False
+            if reread and known:
+                text = read_proc_text(self._path(pid, "maps"))
+                if text:
+                    self._counts["maps_reread"] += 1
+                    proc.replace_maps(MapIndex(parse_proc_maps(text)), self._clock())
+            return True
+
     def kernel_frames(self, addresses: Sequence[int]) -> list[str]:
         """One frame per kernel address, in the same order (~0.8 us each once kallsyms is
         read; the first call reads it: ~0.25 s for 120,000 symbols)."""
