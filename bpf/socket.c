@@ -38,6 +38,8 @@
  *   ZT_RINGBUF_PAGES    ring buffer size in pages (power of two)
  *   ZT_WAKEUP_BYTES     wake the reader once this many bytes were written since the last
  *                       wake-up (it also drains on its own timed polls)
+ *   ZT_SHED_AT_BYTES    shed connections while the reader is this many bytes behind (see
+ *                       "Shedding" below; default three quarters of the ring)
  *   ZT_MAX_INFLIGHT     max threads concurrently inside a traced call
  *   ZT_MAX_SOCKETS      max tracked (pid, fd)
  *   ZT_CAPTURE_TLS      1 = include tls.c
@@ -46,6 +48,15 @@
  *                       TCP_SEQ_MEMBERS); without them events carry no tcp_seq
  * Filters apply where a socket becomes tracked (connect/accept) and at TLS entry;
  * the data path only asks "is (pid, fd) tracked?".
+ *
+ * Shedding. When the reader falls behind (its CPU budget is too small for the event rate),
+ * events must not be lost at random in a full ring: a lost event is half an exchange. So the
+ * program knows how far behind the reader is (zt_socket_flow: bytes it offered to the ring,
+ * and bytes the reader says it took), and past ZT_SHED_AT_BYTES it sheds whole connections:
+ * a connection whose next call comes then is marked shed (zt_sock_info.shed), announced once
+ * (ZT_CONN_SHED: the correlator drops the exchange it had in progress and counts it), and
+ * nothing more of it is emitted until it closes; a connection born then is shed from birth.
+ * What came before the mark is whole. Counted: ZT_STAT_CONNS_SHED, ZT_STAT_CALLS_SHED.
  */
 #include "zerotrace_events.h"
 
@@ -72,6 +83,9 @@
 #endif
 #ifndef ZT_WAKEUP_BYTES
 #define ZT_WAKEUP_BYTES (ZT_RINGBUF_PAGES * 4096 / 16)
+#endif
+#ifndef ZT_SHED_AT_BYTES
+#define ZT_SHED_AT_BYTES (ZT_RINGBUF_PAGES * 4096ULL / 4 * 3)
 #endif
 #ifndef ZT_MAX_INFLIGHT
 #define ZT_MAX_INFLIGHT 10240
@@ -100,7 +114,13 @@
 #define ZT_STAT_LOST          0 /* ring buffer full: event dropped */
 #define ZT_STAT_INFLIGHT_FULL 1 /* per-thread state map full: call not traced */
 #define ZT_STAT_SOCKETS_FULL  2 /* zt_socket_fds full: connection not tracked */
-#define ZT_STAT_NR            3
+#define ZT_STAT_CONNS_SHED    3 /* connections shed (the reader was behind) */
+#define ZT_STAT_CALLS_SHED    4 /* data calls not emitted: their connection was shed */
+#define ZT_STAT_NR            5
+
+/* Indexes into zt_socket_flow. */
+#define ZT_FLOW_OFFERED 0 /* bytes written to the ring (this program) */
+#define ZT_FLOW_TAKEN   1 /* bytes the reader consumed (written by probes/socket.py) */
 
 /* zt_sock_info.origin */
 #define ZT_ORIGIN_CONNECT 1
@@ -121,7 +141,8 @@ struct zt_sock_info {
 	u16 family; /* 0 = unknown (accept on a listener opened before attach) */
 	u8 origin;
 	u8 tls;
-	u32 _pad;
+	u8 shed; /* 1: shed (see "Shedding"): its calls are counted, not emitted */
+	u8 _pad[3];
 };
 
 /* One thread inside a traced syscall. */
@@ -167,6 +188,7 @@ BPF_PERCPU_ARRAY(zt_socket_call_scratch, struct zt_sys_call, 1);
 BPF_ARRAY(zt_socket_stats, u64, ZT_STAT_NR);
 BPF_RINGBUF_OUTPUT(zt_socket_events, ZT_RINGBUF_PAGES);
 BPF_ARRAY(zt_socket_unwoken, u64, 1); /* bytes written since the reader was last woken */
+BPF_ARRAY(zt_socket_flow, u64, 2);
 
 /*
  * A wake-up per event makes the observed thread, inside its syscall, wake the reader: an IPI
@@ -195,6 +217,26 @@ static __always_inline void zt_stat_inc(int idx)
 	u64 *v = zt_socket_stats.lookup(&idx);
 	if (v)
 		__sync_fetch_and_add(v, 1);
+}
+
+static __always_inline void zt_offered(u64 size)
+{
+	int idx = ZT_FLOW_OFFERED;
+	u64 *v = zt_socket_flow.lookup(&idx);
+	if (v)
+		__sync_fetch_and_add(v, size);
+}
+
+/* The reader is so far behind that connections are shed (see "Shedding"). */
+static __always_inline int zt_behind(void)
+{
+	int offered_idx = ZT_FLOW_OFFERED, taken_idx = ZT_FLOW_TAKEN;
+	u64 *offered = zt_socket_flow.lookup(&offered_idx);
+	u64 *taken = zt_socket_flow.lookup(&taken_idx);
+	if (!offered || !taken)
+		return 0;
+	u64 o = *offered, t = *taken;
+	return o > t && o - t >= ZT_SHED_AT_BYTES;
 }
 
 #ifndef ZT_FOLLOW
@@ -338,6 +380,8 @@ static __always_inline void zt_emit_data(u32 tgid, u32 tid, s32 fd, u64 start_ns
 	u64 size = sizeof(ev->hdr) + n;
 	if (zt_socket_events.ringbuf_output(ev, size, zt_wakeup_flag(size)) != 0)
 		zt_stat_inc(ZT_STAT_LOST);
+	else
+		zt_offered(size);
 }
 
 /*
@@ -397,6 +441,29 @@ static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u32 *seq)
 
 /* ---- data syscalls ---------------------------------------------------------- */
 
+static __always_inline void zt_emit_conn(u32 tgid, u32 tid, struct zt_sys_call *st, s64 ret,
+					 u32 kind, u64 conn_start_ns, u16 family);
+
+/* A call on a connection that is (or now becomes) shed: counted, not emitted; the mark is
+ * announced once, so the correlator drops the exchange it had in progress. */
+static __always_inline void zt_shed(u32 tgid, u32 tid, struct zt_sock_key *key,
+				    struct zt_sock_info *info)
+{
+	zt_stat_inc(ZT_STAT_CALLS_SHED);
+	if (info->shed)
+		return;
+	info->shed = 1;
+	zt_stat_inc(ZT_STAT_CONNS_SHED);
+	int zero = 0;
+	struct zt_sys_call *st = zt_socket_call_scratch.lookup(&zero);
+	if (!st)
+		return;
+	__builtin_memset(st, 0, sizeof(*st));
+	st->start_ns = bpf_ktime_get_ns();
+	st->fd = key->fd;
+	zt_emit_conn(tgid, tid, st, 0, ZT_CONN_SHED, info->conn_start_ns, info->family);
+}
+
 static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 direction)
 {
 	u64 id = bpf_get_current_pid_tgid();
@@ -408,6 +475,10 @@ static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 di
 		return 0;
 	if (!zt_pid_wanted(tgid)) /* /proc-seeded entries of a filtered pid */
 		return 0;
+	if (info->shed || zt_behind()) {
+		zt_shed(tgid, tid, &key, info);
+		return 0;
+	}
 
 	int zero = 0;
 	struct zt_sys_call *c = zt_socket_call_scratch.lookup(&zero);
@@ -517,6 +588,7 @@ static __always_inline void zt_emit_conn(u32 tgid, u32 tid, struct zt_sys_call *
 		zt_stat_inc(ZT_STAT_LOST);
 		return;
 	}
+	zt_offered(sizeof(*ev));
 	ev->type = ZT_EVENT_SOCK_CONN;
 	ev->pid = tgid;
 	ev->tid = tid;
@@ -535,15 +607,19 @@ static __always_inline void zt_emit_conn(u32 tgid, u32 tid, struct zt_sys_call *
 	zt_socket_events.ringbuf_submit(ev, zt_wakeup_flag(sizeof(*ev)));
 }
 
+/* 0: tracked; 1: tracked but shed from birth (nothing of it is emitted); -1: not tracked. */
 static __always_inline int zt_track(u32 tgid, s32 fd, u16 family, u8 origin, u64 now)
 {
 	struct zt_sock_key key = {.pid = tgid, .fd = fd};
 	struct zt_sock_info info = {.conn_start_ns = now, .family = family, .origin = origin};
+	info.shed = zt_behind();
 	if (zt_socket_fds.update(&key, &info) != 0) {
 		zt_stat_inc(ZT_STAT_SOCKETS_FULL);
 		return -1;
 	}
-	return 0;
+	if (info.shed)
+		zt_stat_inc(ZT_STAT_CONNS_SHED);
+	return info.shed;
 }
 
 /* Enter of connect/accept/close: remember fd (and connect's sockaddr) per thread. */
@@ -655,6 +731,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
 	struct zt_sock_info *info = zt_socket_fds.lookup(&key);
 	if (!info)
 		return 0;
+	if (info->shed) { /* its end is not news: it was announced shed, or never at all */
+		zt_socket_fds.delete(&key);
+		return 0;
+	}
 	int zero = 0;
 	struct zt_sys_call *c = zt_socket_call_scratch.lookup(&zero);
 	if (!c)

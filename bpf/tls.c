@@ -172,6 +172,14 @@ static __always_inline int zt_ssl_exit(struct pt_regs *ctx)
 				zt_ssl_set_pending(tid, st.ssl);
 		}
 	}
+	if (fd >= 0) {
+		struct zt_sock_key key = {.pid = tgid, .fd = fd};
+		struct zt_sock_info *info = zt_socket_fds.lookup(&key);
+		if (info && info->shed) {
+			zt_stat_inc(ZT_STAT_CALLS_SHED);
+			return 0;
+		}
+	}
 	zt_emit_data(tgid, tid, fd, st.start_ns, n, conn_start_ns, st.direction, ZT_SRC_TLS,
 		     st.op, flags, 1, st.buf, 0, 0);
 	return 0;

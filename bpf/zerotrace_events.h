@@ -139,6 +139,7 @@ _Static_assert(sizeof(struct zt_sock_data_hdr) == 88,
 #define ZT_CONN_CONNECT 1
 #define ZT_CONN_ACCEPT  2
 #define ZT_CONN_CLOSE   3
+#define ZT_CONN_SHED    4 /* shed from here on (socket.c "Shedding"): its exchange is cut */
 
 /*
  * A tracked socket appears (connect, accept) or goes (close).

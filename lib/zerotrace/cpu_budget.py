@@ -14,7 +14,7 @@ priority it gets its fair share when the cores are busy (one group against each 
 never more than the budget. Where neither is writable (a container without its cgroup
 delegated, no root), it runs unlimited and says so in one line.
 
-The cgroup is ``zerotrace-<pid>`` directly under the hierarchy's root: a cgroup v2 child may
+The cgroup is ``zerotrace-budget-<pid>`` directly under the hierarchy's root: a cgroup v2 child may
 take the cpu controller only if its parent holds no processes, which only the root may. It is
 left (and removed) when the budget is released; an older one whose process is gone (killed)
 is removed on the next start.
@@ -46,6 +46,7 @@ DEFAULT_CPU_BUDGET: Final = 0.5
 # 50 ms at once and then wait 50 ms; with 20 ms neither stall exceeds 10 ms at 0.5 core.
 PERIOD_US: Final = 20_000
 _MIN_QUOTA_US: Final = 1_000  # the kernel refuses less
+GROUP_PREFIX: Final = "zerotrace-budget-"  # then the pid
 
 
 @dataclass
@@ -151,7 +152,7 @@ def _own_cgroup(root: Path, pid: int) -> tuple[Path, Path]:
     """(where this process is now, the new budget cgroup), old budget cgroups swept first."""
     _sweep_stale(root)
     home = root / _relative_cgroup(root, pid)
-    cgroup = root / f"zerotrace-{pid}"
+    cgroup = root / f"{GROUP_PREFIX}{pid}"
     cgroup.mkdir(exist_ok=True)
     return home, cgroup
 
@@ -169,7 +170,7 @@ def _relative_cgroup(root: Path, pid: int) -> str:
 
 
 def _sweep_stale(root: Path) -> None:
-    for old in root.glob("zerotrace-*"):
+    for old in root.glob(f"{GROUP_PREFIX}*"):
         with contextlib.suppress(OSError, ValueError):
             if not (old / "cgroup.procs").read_text().strip():
                 old.rmdir()  # refused while it holds a process: then it is not stale

@@ -56,7 +56,7 @@ def test_a_budget_group_left_by_a_killed_run_is_removed_by_the_next_start() -> N
         pytest.fail("this host should allow a cgroup CPU budget (it runs as root)")
     root = probe.cgroup.parent
     probe.release()
-    stale = root / "zerotrace-4194999"  # above pid_max: no such process
+    stale = root / "zerotrace-budget-4194999"  # above pid_max: no such process
     stale.mkdir()
     out = subprocess.run(
         [sys.executable, "-c", HOLD_AND_RELEASE],

@@ -47,7 +47,7 @@ def fake_v2(tmp_path: Path, controllers: str = "cpu memory") -> Path:
 def test_v2_enables_the_controller_writes_cpu_max_and_moves_the_process(tmp_path: Path) -> None:
     root = fake_v2(tmp_path)
     budget = apply_cpu_budget(0.5, mounts_file=tmp_path / "mounts", pid=os.getpid())
-    group = root / f"zerotrace-{os.getpid()}"
+    group = root / f"zerotrace-budget-{os.getpid()}"
     assert (budget.enforced_by, budget.cgroup) == ("cgroup v2 cpu.max", group)
     assert str(group) in budget.note and "0.5 core" in budget.note
     assert (root / "cgroup.subtree_control").read_text() == "+cpu\n"

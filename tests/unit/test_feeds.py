@@ -37,6 +37,7 @@ class Probe:
         self.calls: list[str] = []
         self.lost, self.malformed, self.truncated = 3, 1, 2
         self.ciphertext_dropped, self.filtered = 4, 5
+        self.conns_shed, self.calls_shed = 6, 7
 
     def attach(self) -> None:
         self.calls.append("attach")
@@ -111,6 +112,8 @@ def test_socket_samples_go_to_their_topics_keyed_by_connection(
     assert containers == [10, 20]  # once per pid
     assert feed.counters() == {
         "lost": 3,
+        "shed": 6,
+        "shed_calls": 7,
         "malformed": 1,
         "truncated": 2,
         "ciphertext_dropped": 4,

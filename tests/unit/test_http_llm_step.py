@@ -463,3 +463,27 @@ def run_once_span_id() -> str:
     wire, _ = chunked(SSE_BODY, [])
     records.append(sock("INGRESS", wire, byte_time(0)))
     return str(run(*records)[0][1]["span_id"])
+
+
+def test_a_shed_connection_keeps_its_whole_exchanges_and_drops_the_one_it_cut(
+    codec: AvroCodec,
+) -> None:
+    """raw.conn SHED (the collector's budget was short): what came before is reported, the
+    exchange in progress is dropped and counted as shed, not reported half nor as aborted."""
+    correlator = HttpLlmCorrelator()
+    whole = chat_stream_records(1_000_000)
+    cut = chat_stream_records(2_000_000)[:4]  # the request and the first chunks, then nothing
+    shed = {**close(2_200_000), "kind": "SHED"}
+    out = run(*whole, *cut, shed, correlator=correlator)
+    out += correlator.advance(2_200_000 + CLOSE_GRACE_NS)
+    spans, llms = by_kind(out)
+    assert [s["status"] for s in spans] == ["OK"] and len(llms) == 1
+    assert spans[0]["start_ns"] == 1_000_000
+    encodes(codec, [*out, (names.RAW_CONN.record, shed)])
+    counts = correlator.counters
+    assert (counts[c.CONNS_SHED], counts[c.EXCHANGES_SHED], counts[c.EXCHANGES_ABORTED]) == (
+        1,
+        1,
+        0,
+    )
+    assert correlator.connections == 0 and not correlator.holds.held()

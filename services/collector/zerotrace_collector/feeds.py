@@ -130,6 +130,8 @@ class SocketFeed:
         p = self.probe
         return {
             "lost": p.lost,
+            "shed": p.conns_shed,  # connections, whole from the mark on
+            "shed_calls": p.calls_shed,
             "malformed": p.malformed,
             "truncated": p.truncated,
             "ciphertext_dropped": p.ciphertext_dropped,

@@ -10,6 +10,7 @@ from __future__ import annotations
 # Connections
 CONNS_NOT_HTTP = "http.conns.not_http"  # first bytes were not an HTTP/1.x request (TLS, Redis)
 CONNS_CLOSED = "http.conns.closed"  # raw.conn CLOSE
+CONNS_SHED = "http.conns.shed"  # raw.conn SHED: the collector shed it (its budget was short)
 CONNS_IDLE_TIMEOUT = "http.conns.idle_timeout"  # dropped by advance() after the idle timeout
 CONNS_EVICTED = "http.conns.evicted"  # dropped because the connection table was full
 UPGRADES = "http.conns.upgraded"  # 101 Switching Protocols or CONNECT: no longer HTTP
@@ -24,6 +25,7 @@ RECORDS_REPEATED = "http.records.repeated"  # a record of bytes already seen (pe
 # Exchanges
 EXCHANGES = "http.exchanges"  # requests seen
 EXCHANGES_ABORTED = "http.exchanges.aborted"  # ended before their response did
+EXCHANGES_SHED = "http.exchanges.shed"  # in progress when their connection was shed: dropped
 EXCHANGES_FAILED = "http.exchanges.failed"  # LLM exchanges complete but failed (status, stream)
 
 # Limits (see the constants named in each comment)

@@ -50,6 +50,8 @@ class HttpLlmCorrelator:
         self._conns: OrderedDict[str, Conversation] = OrderedDict()
         # conn_id -> event time of its CLOSE, in arrival order (close times are near-monotone).
         self._closing: OrderedDict[str, int] = OrderedDict()
+        # Those of them that the collector shed (raw.conn SHED): cut, not closed.
+        self._shed: set[str] = set()
         # What a restarted worker must read again (zerotrace/holds.py): a connection's records
         # since it was last at rest, and its CLOSE while that waits out the grace. The caller
         # tells `holds` where each record was read (`took`); records of a capture file are not.
@@ -86,6 +88,7 @@ class HttpLlmCorrelator:
 
     def _forget(self, conn_id: str) -> None:
         self._closing.pop(conn_id, None)
+        self._shed.discard(conn_id)
         self.holds.release((BUSY, conn_id))
         self.holds.release((CLOSING, conn_id))
 
@@ -93,13 +96,20 @@ class HttpLlmCorrelator:
         """One zerotrace.raw.ConnEvent datum. CLOSE flushes the connection. CONNECT and
         ACCEPT change nothing: a conversation starts with its first bytes, and conn_id holds
         the socket cookie, so a reused fd is a new connection anyway (and raw.conn may be
-        read a little out of step with raw.socket, so they must not reset one)."""
-        if record["kind"] != "CLOSE":
+        read a little out of step with raw.socket, so they must not reset one).
+
+        SHED (the collector shed the connection from there on, socket.c "Shedding") ends it
+        like a CLOSE, after the same grace for its last records, but what it had in progress
+        is dropped and counted, not reported half: the exchange was cut by zerotrace, not by
+        the peers."""
+        if record["kind"] not in ("CLOSE", "SHED"):
             return []
         # Kept even when no data of the connection came yet: a worker that starts on a
         # backlog may read raw.conn ahead of raw.socket, and a client that closes right after
         # the last SSE event (no terminating chunk) ends its exchange only by this CLOSE.
         conn_id = str(record["conn_id"])
+        if record["kind"] == "SHED":
+            self._shed.add(conn_id)
         self._closing[conn_id] = int(record["ts_ns"])
         self.holds.claim((CLOSING, conn_id), int(record["ts_ns"]))
         return []
@@ -111,11 +121,21 @@ class HttpLlmCorrelator:
             if now_ns - closed_ns < CLOSE_GRACE_NS:
                 break
             conv = self._conns.pop(conn_id, None)
+            shed = conn_id in self._shed
             self._forget(conn_id)
             if conv is not None:
-                self.counters[c.CONNS_CLOSED] += 1
-                out += _records(conv.close("connection closed"))
+                out += self._end(conv, shed)
         return out
+
+    def _end(self, conv: Conversation, shed: bool) -> list[Output]:
+        if not shed:
+            self.counters[c.CONNS_CLOSED] += 1
+            return _records(conv.close("connection closed"))
+        self.counters[c.CONNS_SHED] += 1
+        aborted = self.counters[c.EXCHANGES_ABORTED]
+        self.counters[c.EXCHANGES_SHED] += len(conv.close("shed by the collector"))
+        self.counters[c.EXCHANGES_ABORTED] = aborted  # cut by zerotrace, not by the peers
+        return []
 
     def advance(self, now_ns: int) -> list[Output]:
         """Event time has reached now_ns: drop connections idle for the idle timeout. Scans
@@ -137,9 +157,9 @@ class HttpLlmCorrelator:
         for conn_id in list(self._closing):
             conv = self._conns.pop(conn_id, None)
             if conv is not None:
-                self.counters[c.CONNS_CLOSED] += 1
-                out += _records(conv.close("connection closed"))
+                out += self._end(conv, conn_id in self._shed)
         self._closing.clear()
+        self._shed.clear()
         self.holds.clear()
         while self._conns:
             _, conv = self._conns.popitem(last=False)

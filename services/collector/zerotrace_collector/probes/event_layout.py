@@ -141,6 +141,7 @@ class ConnKind(IntEnum):
     CONNECT = 1
     ACCEPT = 2
     CLOSE = 3
+    SHED = 4  # shed from here on: the exchange in progress is cut (socket.c "Shedding")
 
 
 # ---- struct zt_py_stack, the tail of profile and GPU call records -----------------------

@@ -56,6 +56,10 @@ FAMILY_MAP: Final = b"zt_socket_family"
 STAT_LOST: Final = 0
 STAT_INFLIGHT_FULL: Final = 1
 STAT_SOCKETS_FULL: Final = 2
+STAT_CONNS_SHED: Final = 3
+STAT_CALLS_SHED: Final = 4
+FLOW_MAP: Final = b"zt_socket_flow"
+FLOW_TAKEN: Final = 1  # ZT_FLOW_TAKEN: bytes this reader consumed, told to the program
 # zt_sock_info.origin for entries the loader writes (ZT_ORIGIN_PROC).
 ORIGIN_PROC: Final = 3
 AF_INET: Final = 2
@@ -214,7 +218,9 @@ class SocketProbe(AttachedProbe):
         # True when the last poll left events in the ring (it took POLL_BYTES): the reader is
         # behind, and the ring may fill (then events are lost).
         self.backlog = False
+        self._taken = 0  # ring bytes consumed: the program sheds connections when far behind
         self._lost_at_close = 0
+        self._shed_at_close = (0, 0)
         self._last_sweep = 0.0
 
     # -- program -------------------------------------------------------------
@@ -314,6 +320,7 @@ class SocketProbe(AttachedProbe):
         if self._bpf is None:
             return
         self._lost_at_close = self.lost
+        self._shed_at_close = (self.conns_shed, self.calls_shed)
         bpf, self._bpf = self._bpf, None
         bpf.cleanup()
 
@@ -338,7 +345,7 @@ class SocketProbe(AttachedProbe):
         TCP sockets that exist already are tracked from /proc."""
         if self._bpf is None or not self.follow:
             raise RuntimeError("follow_pid() needs follow=True and attach() first")
-        table = self._bpf["zt_follow"]
+        table = self._bpf[b"zt_follow"]
         table[table.Key(pid)] = table.Leaf(1)
         self._followed.add(pid)
         if self.seed_from_proc:
@@ -429,6 +436,7 @@ class SocketProbe(AttachedProbe):
             self.backlog = True
             return -1
         self._poll_budget -= size
+        self._taken += size
         try:
             sample = decode_socket_event(ctypes.string_at(data, size))
         except MalformedEvent as exc:
@@ -452,6 +460,8 @@ class SocketProbe(AttachedProbe):
         self._bpf.ring_buffer_poll(timeout=timeout_ms)
         if self._poll_budget > 0:
             self._bpf.ring_buffer_consume()  # what came without a wake-up (see socket.c)
+        flow = self._bpf[FLOW_MAP]
+        flow[flow.Key(FLOW_TAKEN)] = flow.Leaf(self._taken)
         out, self._pending = self._pending, []
         now = time.monotonic()
         if now - self._last_sweep > _SWEEP_EVERY_S:
@@ -528,6 +538,17 @@ class SocketProbe(AttachedProbe):
         if self._bpf is None:
             return self._lost_at_close
         return self._stat(STAT_LOST) + self._stat(STAT_INFLIGHT_FULL)
+
+    @property
+    def conns_shed(self) -> int:
+        """Connections shed, whole from the mark on, because this reader was too far behind
+        (socket.c "Shedding"); never a random event of a kept one."""
+        return self._shed_at_close[0] if self._bpf is None else self._stat(STAT_CONNS_SHED)
+
+    @property
+    def calls_shed(self) -> int:
+        """Data calls of shed connections, counted instead of emitted."""
+        return self._shed_at_close[1] if self._bpf is None else self._stat(STAT_CALLS_SHED)
 
     @property
     def sockets_full(self) -> int:
