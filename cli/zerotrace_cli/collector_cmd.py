@@ -11,14 +11,18 @@ from typing import TYPE_CHECKING, Any
 from zerotrace import settings
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
+from zerotrace.self_cost import CostSnapshot, SelfCost, cost_line, per_second
 from zerotrace_cli.budget_args import add_budget_argument, hold_budget
 from zerotrace_cli.common import StopFlag, say
 from zerotrace_cli.kafka_wiring import kafka_bus, kafka_codec
 from zerotrace_cli.node_feeds import add_node_arguments
+from zerotrace_cli.run_view import feed_lines
 
 if TYPE_CHECKING:
+    from zerotrace.cpu_budget import CpuBudget
     from zerotrace.spooling_producer import SpoolingProducer
     from zerotrace_cli.node_feeds import NodeFeeds
+    from zerotrace_collector.collector import Collector
 
 
 def register(sub: Any) -> None:
@@ -41,6 +45,14 @@ def register(sub: Any) -> None:
         help="while Kafka is away, keep up to this many MiB of records on disk under "
         "$ZEROTRACE_HOME/spool and send them, in order, when it is back; past it records are "
         "counted lost (default 1024)",
+    )
+    p.add_argument(
+        "--status-every",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="a status line on stderr this often: zerotrace's own CPU and RSS, records "
+        "published per second and each feed's losses (default 10; 0 = none)",
     )
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=collector)
@@ -70,40 +82,85 @@ def collector(args: argparse.Namespace) -> int:
         feeds.follow(args.pid)
     say(f"collector attached ({feeds.names}); publishing to {common.kafka}")
     try:
-        return _publish(feeds, producer, kafka_codec(common.kafka), args.duration)
+        codec = kafka_codec(common.kafka)
+        return _publish(
+            feeds, producer, codec, args.duration, status_every=args.status_every, budget=budget
+        )
     finally:
         budget.release()
 
 
 def _publish(
-    feeds: NodeFeeds, producer: SpoolingProducer, codec: AvroCodec, duration: float
+    feeds: NodeFeeds,
+    producer: SpoolingProducer,
+    codec: AvroCodec,
+    duration: float,
+    *,
+    status_every: float = 0,
+    budget: CpuBudget | None = None,
 ) -> int:
-    """The collector's loop until SIGTERM/Ctrl-C or the duration, then its report."""
+    """The collector's loop until SIGTERM/Ctrl-C or the duration, with a status line every
+    *status_every* seconds (0: none), then its report: what was published, each feed's
+    losses, and what zerotrace itself cost."""
     from zerotrace_collector.collector import Collector
 
     col = Collector(feeds.feeds, producer, codec)
     stop = StopFlag()
+    status = _Status(col, SelfCost(time.monotonic), budget, status_every)
     started = time.monotonic()
     try:
         while not stop:
             if col.pump(100) == 0:
                 producer.tick()  # idle: the spool still goes on, an outage is still seen
+            status.tick()
             if duration and time.monotonic() - started >= duration:
                 break
     finally:
         col.pump(0)
         feeds.close()
         pending = producer.flush(30)
-    lost = ", ".join(f"{k} {v}" for k, v in col.counters().items() if k != "published")
     spooled = producer.spooled
     kept = f" ({spooled} on disk in {producer.spool_folder}: sent next run)" if spooled else ""
     say(
         f"published {col.published} records, {pending} unacknowledged{kept}, "
-        f"{producer.failed} failed; {lost}"
+        f"{producer.failed} failed"
     )
+    for line in status.report():
+        say(line)
     if producer.failed and producer.last_error:
         say(f"the last failure: {producer.last_error}")
     return 0 if pending == spooled and producer.failed == 0 else 1
+
+
+class _Status:
+    """zerotrace's own cost and each feed's losses while the collector runs: a line every
+    *every* seconds (0: never) over the interval since the last one, and the whole run's in
+    the report. Reads /proc only when a line is due."""
+
+    def __init__(
+        self, col: Collector, cost: SelfCost, budget: CpuBudget | None, every: float
+    ) -> None:
+        self._col, self._cost, self._budget, self._every = col, cost, budget, every
+        self._mark, self._published = CostSnapshot(0.0, 0.0, 0, 0), 0
+        self._due = every
+
+    def tick(self) -> None:
+        if not self._every or self._cost.wall_s < self._due:
+            return
+        now = self._cost.snapshot()
+        self._due = now.wall_s + self._every  # after a stall, one line, not a burst
+        interval = now.since(self._mark)
+        rate = per_second(self._col.published - self._published, interval.wall_s)
+        self._mark, self._published = now, self._col.published
+        line = cost_line(interval, self._budget, [("published", rate)], label="status")
+        say("; ".join([line, *feed_lines(self._col.counters())]))
+
+    def report(self) -> list[str]:
+        """Each feed's losses, then the run's own cost."""
+        total = self._cost.snapshot()
+        rate = per_second(self._col.published, total.wall_s)
+        own = cost_line(total, self._budget, [("published", rate)], label="own cost")
+        return [*feed_lines(self._col.counters()), own]
 
 
 def _collector_producer(

@@ -4,6 +4,7 @@ and the summary; `zerotrace run` only parses arguments and hands them over."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -15,8 +16,10 @@ from zerotrace import names, settings
 from zerotrace.bus_memory import InMemoryBroker
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
+from zerotrace.cpu_budget import CpuBudget
 from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir
+from zerotrace.self_cost import SelfCost
 from zerotrace.step_runner import StepRunner
 from zerotrace.store_duckdb import DuckDBStore
 from zerotrace_cli.common import StopFlag, profile_line, say, span_line
@@ -65,6 +68,8 @@ class EmbeddedNode:
             consumer, broker.producer(), self.store, codec, self.clock, self._on_document
         )
         self._apis: list[Any] = []
+        self.budget: CpuBudget | None = None  # the CPU budget held for it, for the summary
+        self.cost = SelfCost(time.monotonic)  # last: observing starts here
 
     def serve(self, http_port: int, grpc_port: int) -> None:
         from zerotrace_query.grpc_api import GrpcApi
@@ -125,10 +130,23 @@ class EmbeddedNode:
         self.store.close()
 
     def summary_lines(self) -> list[str]:
+        cost, budget, indexed = self.cost.snapshot(), self.budget, self.indexer.indexed
+        return self.summary.lines(*self._totals(), cost=cost, budget=budget, indexed=indexed)
+
+    def summary_document(self) -> dict[str, Any]:
+        """The summary as a JSON object (run_view.Summary.document)."""
+        cost, budget, indexed = self.cost.snapshot(), self.budget, self.indexer.indexed
+        return self.summary.document(*self._totals(), cost=cost, budget=budget, indexed=indexed)
+
+    def write_summary(self, path: Path) -> None:
+        """`zerotrace run --summary-json PATH`: the summary document, for benchmarks."""
+        path.write_text(json.dumps(self.summary_document(), indent=2) + "\n")
+
+    def _totals(self) -> tuple[int, dict[str, int], dict[str, int]]:
+        """Dead letters, the collector's counters and the correlator's HTTP counters."""
         dead_letters = sum(c["dead_letters"] for c in self.steps.counters().values())
         dead_letters += self.indexer.dead_letters
-        http = self.correlator.http.counters
-        return self.summary.lines(dead_letters, self.collector.counters(), http)
+        return dead_letters, self.collector.counters(), dict(self.correlator.http.counters)
 
     def _on_document(self, index: str, doc: dict[str, Any]) -> None:
         self.summary.add(index, doc)

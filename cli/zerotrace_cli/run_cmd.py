@@ -38,6 +38,13 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no line per record, only the summary")
     p.add_argument("--lines", action="store_true", help="a line per record even on a terminal")
+    p.add_argument(
+        "--summary-json",
+        type=Path,
+        metavar="PATH",
+        help="also write the summary to PATH as a JSON object (spans, LLM requests, profile "
+        "samples, each feed's counters, zerotrace's own CPU, RSS and events per second)",
+    )
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS]: run and observe it"
@@ -95,5 +102,6 @@ def run(args: argparse.Namespace) -> int:
             child.terminate()
     for line in node.summary_lines():
         print(line)
+    if args.summary_json:
+        node.write_summary(args.summary_json)
     return exit_code
-

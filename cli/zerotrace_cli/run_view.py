@@ -1,15 +1,26 @@
 """What `zerotrace run` shows a person: a line per LLM request, the live table on a terminal,
-and the end-of-run summary. Pure formatting over the documents the indexer stored."""
+and the end-of-run summary (what was seen, what each feed lost, what zerotrace itself cost), as
+lines or as a JSON object. Pure formatting over the documents the indexer stored and the
+numbers the embedded node gathers."""
 
 from __future__ import annotations
 
 import sys
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zerotrace import names
+from zerotrace.self_cost import cost_line, per_second
 from zerotrace_cli.llm_view import render_llm_view
+
+if TYPE_CHECKING:
+    from zerotrace.cpu_budget import CpuBudget
+    from zerotrace.self_cost import CostSnapshot
+
+# The collector's own counters (not a feed's): they have no "<feed>." prefix.
+COLLECTOR = "collector"
+ALWAYS_SHOWN = ("lost", "shed")  # a feed's losses, listed even at 0 so the zero is seen
 
 
 def llm_line(doc: dict[str, Any]) -> str:
@@ -25,6 +36,34 @@ def llm_line(doc: dict[str, Any]) -> str:
         f"{'stream' if doc['stream'] else 'no-stream'} ttft={ms('ttft_ns')} "
         f"tpot={ms('tpot_ns')} tokens={mark}{tokens} {outcome}"
     )
+
+
+def by_feed(counters: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """The collector's counters ("<feed>.<name>", and its own without a prefix) grouped as
+    {feed: {name: count}}, its own under "collector"; feeds in the order they came."""
+    out: dict[str, dict[str, int]] = {}
+    for key, count in counters.items():
+        feed, dot, name = key.partition(".")
+        if not dot:
+            feed, name = COLLECTOR, key
+        out.setdefault(feed, {})[name] = count
+    return out
+
+
+def feed_lines(counters: Mapping[str, int]) -> list[str]:
+    """A line per feed, "socket: lost 0, shed 0, truncated 12": lost and shed always, the
+    other counts when not 0; and a line of the collector's own counts (backpressure) when one
+    is not 0 (what it published is not a loss)."""
+    out = []
+    for feed, counts in by_feed(counters).items():
+        if feed == COLLECTOR:
+            shown = [(k, v) for k, v in counts.items() if v and k != "published"]
+        else:
+            shown = [(k, counts.get(k, 0)) for k in ALWAYS_SHOWN]
+            shown += [(k, v) for k, v in counts.items() if v and k not in ALWAYS_SHOWN]
+        if shown:
+            out.append(f"{feed}: " + ", ".join(f"{k} {v}" for k, v in shown))
+    return out
 
 
 def draw_live(summary: Summary, elapsed_s: float) -> None:
@@ -61,11 +100,20 @@ class Summary:
         self.by_process[doc["process_name"]] += 1
 
     def lines(
-        self, dead_letters: int, counters: dict[str, int], correlator: Mapping[str, int]
+        self,
+        dead_letters: int,
+        counters: Mapping[str, int],
+        correlator: Mapping[str, int],
+        *,
+        cost: CostSnapshot | None = None,
+        budget: CpuBudget | None = None,
+        indexed: int = 0,
     ) -> list[str]:
-        """correlator: the HTTP/LLM correlation's counters (http_counters.py), limits hit and
-        connections given up among them, so "no LLM traffic" and "traffic we could not read"
-        look different."""
+        """counters: the collector's (a line per feed, losses always shown); correlator: the
+        HTTP/LLM correlation's counters (http_counters.py), limits hit and connections given
+        up among them, so "no LLM traffic" and "traffic we could not read" look different;
+        cost: what zerotrace itself took, with its *budget*; events in are the records the
+        collector published, out the *indexed* documents."""
         kinds = ", ".join(f"{kind} {n}" for kind, n in self.by_kind.most_common())
         out = [
             f"summary: {self.spans} spans ({kinds or 'none'}; {self.errors} failed), "
@@ -73,9 +121,7 @@ class Summary:
         ]
         for name, count in self.by_process.most_common(5):
             out.append(f"  process {name}: {count} spans")
-        losses = {k: v for k, v in counters.items() if v and k != "published"}
-        if losses:
-            out.append("  counted: " + ", ".join(f"{k} {v}" for k, v in sorted(losses.items())))
+        out += [f"  {line}" for line in feed_lines(counters)]
         seen = ", ".join(f"{k} {v}" for k, v in sorted(correlator.items()) if v)
         if seen:
             out.append(f"  correlator: {seen}")
@@ -85,6 +131,49 @@ class Summary:
                 for kind, n in sorted(self.profile_windows.items())
             )
             out.append(f"  profiles: {kinds}; see /flamegraph or `zerotrace profile`")
+        if cost is not None:
+            rates = _rates(cost, counters.get("published", 0), indexed)
+            out.append("  " + cost_line(cost, budget, [("in", rates[0]), ("out", rates[1])]))
         if self.llm:
             out += ["", render_llm_view(self.llm, rows=20)]
         return out
+
+    def document(
+        self,
+        dead_letters: int,
+        counters: Mapping[str, int],
+        correlator: Mapping[str, int],
+        *,
+        cost: CostSnapshot,
+        budget: CpuBudget | None,
+        indexed: int,
+    ) -> dict[str, Any]:
+        """The summary as a JSON object (`zerotrace run --summary-json`), for benchmarks:
+        the same numbers as :meth:`lines`, the collector's counters as {feed: {name: n}}."""
+        events_in, events_out = _rates(cost, counters.get("published", 0), indexed)
+        return {
+            "spans": self.spans,
+            "failed_spans": self.errors,
+            "llm_requests": len(self.llm),
+            "dead_letters": dead_letters,
+            "indexed": indexed,
+            "profile_samples": dict(sorted(self.profile_samples.items())),
+            "counters": by_feed(counters),
+            "correlator": dict(correlator),
+            "self": {  # CPU comes in clock ticks (10 ms): no more digits than that
+                "cpu_s": round(cost.cpu_s, 3),
+                "start_cpu_s": round(cost.start_cpu_s, 3),
+                "wall_s": round(cost.wall_s, 3),
+                "rss_bytes": cost.rss_bytes,
+                "peak_rss_bytes": cost.peak_rss_bytes,
+                "events_in_per_s": round(events_in, 1),
+                "events_out_per_s": round(events_out, 1),
+            },
+            "budget": None
+            if budget is None
+            else {"cores": budget.cores, "enforced_by": budget.enforced_by},
+        }
+
+
+def _rates(cost: CostSnapshot, events_in: int, events_out: int) -> tuple[float, float]:
+    return per_second(events_in, cost.wall_s), per_second(events_out, cost.wall_s)

@@ -6,21 +6,28 @@ tests/kernel/test_collector_kafka.py's."""
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
+from unittest.mock import patch
 
 import pytest
 
 from tests.unit.test_collector import file_open
 from tests.unit.test_spool import TwinBroker
 from zerotrace import names, settings
+from zerotrace.bus_memory import InMemoryBroker
 from zerotrace.clock import ManualClock
 from zerotrace.codec import AvroCodec
+from zerotrace.cpu_budget import CpuBudget
+from zerotrace.self_cost import SelfCost
 from zerotrace.spool_file import SpoolFile
-from zerotrace_cli import main
-from zerotrace_cli.collector_cmd import _collector_producer, _publish
+from zerotrace_cli import build_parser, main
+from zerotrace_cli.collector_cmd import _collector_producer, _publish, _Status
 from zerotrace_cli.node_feeds import NodeFeeds
+from zerotrace_collector.collector import Collector
 from zerotrace_collector.feed_memory import InMemoryFeed
 
 pytestmark = pytest.mark.unit
@@ -61,6 +68,11 @@ def test_without_a_filter_sockets_stay_off(capsys: pytest.CaptureFixture[str]) -
     text = capsys.readouterr().out
     assert text.count("/* bcc cflags: ") == 1
     assert "TRACEPOINT_PROBE(syscalls, sys_enter_openat)" in text
+
+
+def test_a_status_line_every_ten_seconds_unless_told_otherwise() -> None:
+    assert build_parser().parse_args(["collector"]).status_every == 10.0
+    assert build_parser().parse_args(["collector", "--status-every", "0"]).status_every == 0
 
 
 def test_the_spool_is_one_folder_per_node_under_home(tmp_path: Path) -> None:
@@ -108,7 +120,63 @@ def test_the_loop_publishes_until_its_duration_and_reports(
         f"f-7-{n}" for n in range(3)
     ]
     assert feed.closed
-    assert capsys.readouterr().err == (
-        "zerotrace: published 3 records, 0 unacknowledged, 0 failed; "
-        "backpressure 0, file-open.lost 0\n"
+    published, losses, own = capsys.readouterr().err.splitlines()
+    assert published == "zerotrace: published 3 records, 0 unacknowledged, 0 failed"
+    assert losses == "zerotrace: file-open: lost 0, shed 0"  # the zeros shown, not left out
+    assert re.fullmatch(
+        r"zerotrace: own cost: \d+\.\d s CPU over 0\.\d s \(\d+\.\d\d core\)"
+        r"( plus \d+\.\d s starting)?, RSS \d+ MiB \(peak \d+ MiB\); events published [\d.,]+/s",
+        own,
+    )
+
+
+@pytest.mark.usefixtures("restore_signals")
+def test_a_status_line_comes_every_few_seconds_while_it_runs(
+    tmp_path: Path, codec: AvroCodec, capsys: pytest.CaptureFixture[str]
+) -> None:
+    feed = InMemoryFeed("file-open", [file_open(7, n) for n in range(3)])
+    feed.attach()
+    feed.lose(2)
+    producer = _collector_producer(Bus(), common(tmp_path), spool_mb=1)
+    budget = CpuBudget(0.5, "cgroup v2 cpu.max", "")
+    try:
+        _publish(NodeFeeds([feed], None, []), producer, codec, 0.5, status_every=0.1, budget=budget)
+    finally:
+        producer.close()
+    status = [line for line in capsys.readouterr().err.splitlines() if "status: " in line]
+    assert 1 <= len(status) <= 5  # every 0.1 s of 0.5 s, polls of up to 0.1 s between
+    assert all(" core; budget 0.5 core, cgroup v2 cpu.max), RSS " in line for line in status)
+    assert all(line.endswith("/s; file-open: lost 2, shed 0") for line in status)
+    assert "; events published " in status[0]
+
+
+def test_the_status_line_covers_the_interval_since_the_last(tmp_path: Path) -> None:
+    """Over a /proc/self laid out in a folder and a clock that moves when told."""
+    stat = "9 (zt) S " + " ".join(["0"] * 10) + " {u} 0 0 0\n"  # utime is field 14
+    (tmp_path / "stat").write_text(stat.format(u=100))
+    (tmp_path / "status").write_text("VmHWM:\t 204800 kB\nVmRSS:\t 102400 kB\n")
+    now = [0.0]
+    col = Collector([InMemoryFeed("socket")], InMemoryBroker().producer(), cast(AvroCodec, None))
+    status = _Status(col, SelfCost(lambda: now[0], tmp_path, 100), None, every=10)
+    said: list[str] = []
+    with patch("zerotrace_cli.collector_cmd.say", said.append):
+        now[0] = 9.9
+        status.tick()  # not due: nothing read, nothing said
+        (tmp_path / "stat").write_text(stat.format(u=150))
+        now[0] = 10.0
+        col.published = 2500
+        status.tick()
+        (tmp_path / "stat").write_text(stat.format(u=160))
+        now[0] = 25.0
+        col.published = 4000
+        status.tick()
+    assert said == [
+        "status: 0.5 s CPU over 10.0 s (0.05 core), RSS 100 MiB (peak 200 MiB); "
+        "events published 250/s; socket: lost 0, shed 0",
+        "status: 0.1 s CPU over 15.0 s (0.01 core), RSS 100 MiB (peak 200 MiB); "
+        "events published 100/s; socket: lost 0, shed 0",
+    ]
+    assert status.report()[-1] == (
+        "own cost: 0.6 s CPU over 25.0 s (0.02 core) plus 1.0 s starting, RSS 100 MiB "
+        "(peak 200 MiB); events published 160/s"
     )

@@ -7,6 +7,7 @@ tests/kernel/test_embedded_slice.py's."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 
 from tests.unit.test_collector import file_open
 from zerotrace import settings
+from zerotrace.cpu_budget import CpuBudget
 from zerotrace_cli.common import StopFlag
 from zerotrace_cli.embedded_node import (
     CHILD_GRACE_S,
@@ -75,6 +77,34 @@ def test_records_become_indexed_spans_shown_a_line_each(
     finally:
         node.close()
     assert feed.closed
+
+
+def test_the_summary_shows_each_feeds_losses_and_what_zerotrace_cost(tmp_path: Path) -> None:
+    node, feed = node_with(tmp_path, [file_open(7, n) for n in range(4)])
+    feed.lose(3)
+    node.budget = CpuBudget(0.5, "cgroup v2 cpu.max", "")
+    try:
+        while node.step_once():
+            pass
+        node.finish()
+        lines = node.summary_lines()
+        assert lines[2] == "  file-open: lost 3, shed 0"
+        assert lines[3].startswith("  zerotrace itself: ")
+        assert " core; budget 0.5 core, cgroup v2 cpu.max)" in lines[3]
+        assert re.search(r"; events in [\d.,]+/s, out [\d.,]+/s$", lines[3])
+        node.write_summary(tmp_path / "summary.json")
+    finally:
+        node.close()
+    document = json.loads((tmp_path / "summary.json").read_text())
+    assert (document["spans"], document["indexed"]) == (4, 4)
+    assert document["counters"] == {
+        "collector": {"published": 4, "backpressure": 0},
+        "file-open": {"lost": 3},
+    }
+    assert document["budget"] == {"cores": 0.5, "enforced_by": "cgroup v2 cpu.max"}
+    own = document["self"]
+    assert 0 < own["rss_bytes"] <= own["peak_rss_bytes"] and own["wall_s"] > 0
+    assert own["events_in_per_s"] == pytest.approx(4 / own["wall_s"], abs=0.1, rel=0.01)
 
 
 def test_the_keep_filter_drops_records_before_the_bus(tmp_path: Path) -> None:
