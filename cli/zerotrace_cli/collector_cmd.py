@@ -112,6 +112,8 @@ def _publish(
         while not stop:
             if col.pump(100) == 0:
                 producer.tick()  # idle: the spool still goes on, an outage is still seen
+            if budget is not None:
+                budget.steer(feeds.behind, time.monotonic())
             status.tick()
             if duration and time.monotonic() - started >= duration:
                 break

@@ -97,6 +97,8 @@ class EmbeddedNode:
         while not stop:
             moved = self.step_once()
             now = time.monotonic()
+            if self.budget is not None:
+                self.budget.steer(self.feeds.behind, now)
             if self.output == "live" and now - last_draw >= LIVE_REFRESH_S:
                 last_draw = now
                 draw_live(self.summary, now - started)

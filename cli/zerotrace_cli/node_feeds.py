@@ -29,7 +29,7 @@ NO_SOCKET_FILTER = (
 @dataclass
 class NodeFeeds:
     """Every feed of the node, GPU first (see profiling_feeds), and the socket probe when
-    TCP traffic is captured (its ring's backlog steers `zerotrace run`'s CPU priority)."""
+    TCP traffic is captured (its ring's backlog steers zerotrace's CPU weight)."""
 
     feeds: list[Feed]
     socket_probe: SocketProbe | None
@@ -38,6 +38,12 @@ class NodeFeeds:
     @property
     def names(self) -> str:
         return ", ".join(feed.name for feed in self.feeds)
+
+    @property
+    def behind(self) -> bool:
+        """The last poll left events in the socket ring: the reader is behind (the CPU
+        budget's weight goes up until it keeps up; see zerotrace.cpu_budget)."""
+        return self.socket_probe is not None and self.socket_probe.backlog
 
     def programs(self) -> list[str]:
         """The final eBPF programs, for the hidden --ebpf flag."""

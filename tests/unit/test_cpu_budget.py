@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from zerotrace.cpu_budget import apply_cpu_budget, cpu_max_line, v1_cpu_root, v2_cpu_root
+from zerotrace.cpu_budget import (
+    CALM_AFTER_S,
+    WEIGHT_BEHIND,
+    WEIGHT_KEEPING_UP,
+    apply_cpu_budget,
+    cpu_max_line,
+    v1_cpu_root,
+    v2_cpu_root,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -80,3 +88,34 @@ def test_no_cgroup_at_all_or_no_budget(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="cores >= 0"):
         apply_cpu_budget(-1)
+
+
+def test_the_weight_is_light_while_it_keeps_up_and_normal_while_it_is_behind(
+    tmp_path: Path,
+) -> None:
+    root = fake_v2(tmp_path)
+    budget = apply_cpu_budget(0.5, mounts_file=tmp_path / "mounts", pid=os.getpid())
+    assert budget.cgroup is not None
+    weight = budget.cgroup / "cpu.weight"
+    assert weight.read_text() == "12\n"  # an eighth of a normal task (100 in v2 units)
+    budget.steer(behind=False, now=10.0)
+    assert budget.weight == WEIGHT_KEEPING_UP
+    budget.steer(behind=True, now=11.0)
+    assert (budget.weight, weight.read_text()) == (WEIGHT_BEHIND, "100\n")
+    budget.steer(behind=False, now=11.5)  # not calm for long enough yet
+    assert budget.weight == WEIGHT_BEHIND
+    budget.steer(behind=False, now=11.0 + CALM_AFTER_S)
+    assert (budget.weight, weight.read_text()) == (WEIGHT_KEEPING_UP, "12\n")
+    assert root.exists()
+
+
+def test_v1_weights_are_cpu_shares(tmp_path: Path) -> None:
+    root = tmp_path / "cpu"
+    root.mkdir()
+    (tmp_path / "mounts").write_text(f"cgroup {root} cgroup rw,cpu,cpuacct 0 0\n")
+    budget = apply_cpu_budget(0.25, mounts_file=tmp_path / "mounts", pid=os.getpid())
+    assert budget.cgroup is not None and budget.enforced_by == "cgroup v1 cpu.cfs_quota_us"
+    assert (budget.cgroup / "cpu.cfs_quota_us").read_text() == "5000\n"
+    assert (budget.cgroup / "cpu.shares").read_text() == "128\n"
+    budget.steer(behind=True, now=0.0)
+    assert (budget.cgroup / "cpu.shares").read_text() == "1024\n"
