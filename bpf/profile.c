@@ -31,6 +31,16 @@
  *   ZT_WAKEUP_EVERY    wake the reader once per this many events (it also wakes on its poll
  *                      timeout), not once per event
  *   ZT_NEWS_MAPPINGS   1 = announce new executable mappings (needs the syscalls tracepoints)
+ *   ZT_THIN_EVERY      while the reader is behind, keep one on-CPU sample in this many (a power
+ *                      of two), with that weight
+ *
+ * Shedding. A reader that falls behind (its CPU budget too small) must not lose samples at
+ * random in a full ring. The program knows how far behind it is (zt_profile_flow: bytes
+ * offered to the ring, and bytes the reader says it took). Past half the ring it lowers the
+ * rate: one on-CPU sample in ZT_THIN_EVERY per CPU is kept, weighing that many (totals stay
+ * right, the resolution drops), and off-CPU waits shorter than 16 x ZT_OFFCPU_MIN_NS are
+ * dropped; past three quarters it keeps nothing new. All of it is counted (ZT_STAT_SHED, in
+ * samples), and the rate is back as soon as the reader has caught up.
  */
 #include <uapi/linux/bpf_perf_event.h>
 #include <linux/sched.h>
@@ -101,10 +111,20 @@ struct zt_process_news {
 #define ZT_STAT_OFFCPU_FULL 1 /* zt_offcpu_start full: a switch-out went unrecorded */
 #define ZT_STAT_EMITTED 2     /* events output (drives the batched wake-ups) */
 #define ZT_STAT_NEWS_LOST 3   /* news ring full: a process announced late (at its samples) */
+#define ZT_STAT_SHED 4        /* samples not kept: the reader was behind ("Shedding") */
+
+#ifndef ZT_THIN_EVERY
+#define ZT_THIN_EVERY 4
+#endif
+#define ZT_RING_BYTES (ZT_RINGBUF_PAGES * 4096ULL)
+#define ZT_FLOW_OFFERED 0
+#define ZT_FLOW_TAKEN 1
 
 BPF_RINGBUF_OUTPUT(zt_profile_events, ZT_RINGBUF_PAGES);
 BPF_RINGBUF_OUTPUT(zt_profile_news, 16);
-BPF_ARRAY(zt_profile_stats, u64, 4);
+BPF_ARRAY(zt_profile_stats, u64, 5);
+BPF_ARRAY(zt_profile_flow, u64, 2);       /* bytes offered, bytes the reader took */
+BPF_PERCPU_ARRAY(zt_profile_thin, u64, 1); /* on-CPU samples seen while thinning */
 /* Processes announced (tgid -> 1); the leader's exit takes its entry out. LRU: an entry of a
  * process whose exit went unseen must not stay forever (it is then announced again). */
 BPF_TABLE("lru_hash", u32, u8, zt_seen, 16384);
@@ -138,6 +158,47 @@ static __always_inline u64 zt_wakeup_flag(void)
 	u64 count = *n;
 	*n = count + 1;
 	return count % ZT_WAKEUP_EVERY == 0 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
+/* How far behind the reader is: 0 keeping up, 1 past half the ring, 2 past three quarters. */
+static __always_inline int zt_behind(void)
+{
+	int offered_idx = ZT_FLOW_OFFERED, taken_idx = ZT_FLOW_TAKEN;
+	u64 *offered = zt_profile_flow.lookup(&offered_idx);
+	u64 *taken = zt_profile_flow.lookup(&taken_idx);
+	if (!offered || !taken || *offered <= *taken)
+		return 0;
+	u64 queued = *offered - *taken;
+	if (queued >= ZT_RING_BYTES / 4 * 3)
+		return 2;
+	return queued >= ZT_RING_BYTES / 2;
+}
+
+static __always_inline int zt_output(struct zt_profile_event *e)
+{
+	if (zt_profile_events.ringbuf_output(e, sizeof(*e), zt_wakeup_flag()) != 0)
+		return -1;
+	int idx = ZT_FLOW_OFFERED;
+	u64 *offered = zt_profile_flow.lookup(&idx);
+	if (offered)
+		__sync_fetch_and_add(offered, sizeof(*e));
+	return 0;
+}
+
+/* The weight an on-CPU sample is kept with now: 1, ZT_THIN_EVERY, or 0 (shed, counted). */
+static __always_inline u64 zt_on_cpu_weight(void)
+{
+	int behind = zt_behind();
+	if (behind == 0)
+		return 1;
+	u32 zero = 0;
+	u64 *seen = zt_profile_thin.lookup(&zero);
+	u64 n = seen ? (*seen)++ : 0;
+	if (behind == 2 || n % ZT_THIN_EVERY != 0) {
+		zt_count(ZT_STAT_SHED);
+		return 0;
+	}
+	return ZT_THIN_EVERY;
 }
 
 static __always_inline int zt_wanted(u32 tgid, u32 tid)
@@ -190,13 +251,18 @@ int zt_profile_on_cpu(struct bpf_perf_event_data *ctx)
 	u32 tgid = id >> 32, tid = (u32)id;
 	if (!zt_wanted(tgid, tid))
 		return 0;
+	u64 weight = zt_on_cpu_weight();
+	if (weight == 0) {
+		zt_first_seen(tgid); /* a process first seen while shedding is still announced */
+		return 0;
+	}
 	struct zt_profile_event *e = zt_fill(ctx, tgid, tid);
 	if (!e)
 		return 0;
 	e->type = ZT_EVENT_ON_CPU;
 	e->ts_ns = bpf_ktime_get_ns();
-	e->weight = 1;
-	if (zt_profile_events.ringbuf_output(e, sizeof(*e), zt_wakeup_flag()) != 0)
+	e->weight = weight;
+	if (zt_output(e) != 0)
 		zt_count(ZT_STAT_LOST);
 	return 0;
 }
@@ -227,9 +293,14 @@ TRACEPOINT_PROBE(sched, sched_switch)
 		return 0;
 	u64 blocked = now - start->ts_ns;
 	if (blocked >= ZT_OFFCPU_MIN_NS) {
-		start->weight = blocked;
-		if (zt_profile_events.ringbuf_output(start, sizeof(*start), zt_wakeup_flag()) != 0)
-			zt_count(ZT_STAT_LOST);
+		int behind = zt_behind();
+		if (behind == 2 || (behind == 1 && blocked < 16 * ZT_OFFCPU_MIN_NS)) {
+			zt_count(ZT_STAT_SHED);
+		} else {
+			start->weight = blocked;
+			if (zt_output(start) != 0)
+				zt_count(ZT_STAT_LOST);
+		}
 	}
 	zt_offcpu_start.delete(&next);
 	return 0;

@@ -399,3 +399,48 @@ def test_a_program_that_runs_300_ms_and_exits_at_once_is_named_in_full(
     assert len(chained) >= 0.85 * len(on), (len(chained), len(on), on[:3])
     counters = feed.counters()
     assert counters["news_exec"] >= 1 and counters["lost"] == 0, counters
+
+
+def test_a_reader_far_behind_lowers_the_rate_and_loses_nothing() -> None:
+    """A ring of 24 samples and a program spinning 2 s (some 190 samples) while nobody reads:
+    past half the ring one sample in 4 is kept, weighing 4; past three quarters none; all of
+    it counted as shed, nothing lost, and the weights still add up to the samples taken. Once
+    the reader keeps up, samples weigh 1 again."""
+    spin = subprocess.Popen(
+        [
+            "/usr/bin/python3.11",
+            "-c",
+            "import sys, time\nsys.stdin.readline()\n"
+            "end = time.process_time() + 2\nwhile time.process_time() < end: pass\n"
+            "print(time.process_time(), flush=True)\nsys.stdin.readline()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    probe = ProfileProbe(REPO / "bpf", pids={spin.pid}, off_cpu=False, ringbuf_pages=8)
+    try:
+        assert spin.stdin and spin.stdout
+        probe.attach()
+        spin.stdin.write("go\n")
+        spin.stdin.flush()
+        cpu_s = float(spin.stdout.readline())  # nobody read meanwhile
+        behind = [s for s in probe.poll(100) if s.pid == spin.pid]
+        assert (probe.lost, probe.malformed) == (0, 0)
+        assert probe.shed > 0 and {s.weight for s in behind} == {1, 4}, probe.shed
+        taken = sum(s.weight for s in behind) + probe.shed
+        assert abs(taken - cpu_s * 97) <= 0.15 * cpu_s * 97, (taken, cpu_s)
+        shed_then = probe.shed
+        spin.stdin.write("spin on\n")  # (it exits after this line; the reader keeps up now)
+        spin.stdin.flush()
+        spin.wait(10)
+        caught_up = [s for s in probe.poll(100) if s.pid == spin.pid]
+        assert all(s.weight == 1 for s in caught_up) and probe.shed == shed_then
+    finally:
+        probe.close()
+        if spin.poll() is None:
+            spin.kill()
+        spin.wait()
+        for stream in (spin.stdin, spin.stdout):
+            if stream:
+                stream.close()

@@ -299,6 +299,7 @@ class ProfileFeed:
     def counters(self) -> dict[str, int]:
         out = {
             "lost": self.probe.lost,
+            "shed": self.probe.shed,
             "malformed": self.probe.malformed,
             "off_cpu_full": self.probe.off_cpu_full,
             "news_lost": self.probe.news_lost,

@@ -39,6 +39,8 @@ DEFAULT_OFFCPU_MIN_NS: Final = 1_000_000
 _STAT_LOST: Final = 0
 _STAT_OFFCPU_FULL: Final = 1
 _STAT_NEWS_LOST: Final = 3
+_STAT_SHED: Final = 4
+_FLOW_TAKEN: Final = 1  # zt_profile_flow: bytes this reader took, told to the program
 _MAPPING_TRACEPOINTS: Final = (("syscalls", "sys_enter_mmap"), ("syscalls", "sys_exit_mmap"))
 _PERF_TYPE_SOFTWARE: Final = 1
 _PERF_COUNT_SW_CPU_CLOCK: Final = 0
@@ -101,6 +103,8 @@ class ProfileProbe(AttachedProbe):
         self._pending: list[ProfileSample] = []
         self._news: list[ProcessNews] = []
         self._lost_at_close = 0
+        self._shed_at_close = 0
+        self._taken = 0  # ring bytes consumed: the program thins its samples when far behind
         self._mappings = True  # announce executable mappings (set by attach)
 
     # -- program -------------------------------------------------------------
@@ -167,7 +171,7 @@ class ProfileProbe(AttachedProbe):
         """Detach and free the program. Safe to call more than once."""
         if self._bpf is None:
             return
-        self._lost_at_close = self.lost
+        self._lost_at_close, self._shed_at_close = self.lost, self.shed
         bpf, self._bpf = self._bpf, None
         bpf.cleanup()
 
@@ -203,6 +207,7 @@ class ProfileProbe(AttachedProbe):
     # -- events --------------------------------------------------------------
 
     def _on_event(self, _ctx: Any, data: int, size: int) -> int:
+        self._taken += size
         try:
             self._pending.append(self.layout.decode(ctypes.string_at(data, size)))
         except MalformedEvent:
@@ -231,6 +236,8 @@ class ProfileProbe(AttachedProbe):
             raise RuntimeError("poll() before attach()")
         self._bpf.ring_buffer_poll(timeout=timeout_ms)
         self._bpf.ring_buffer_consume()
+        flow = self._table("zt_profile_flow")
+        flow[flow.Key(_FLOW_TAKEN)] = flow.Leaf(self._taken)
         out, self._pending = self._pending, []
         return out
 
@@ -242,6 +249,12 @@ class ProfileProbe(AttachedProbe):
     def lost(self) -> int:
         """Samples dropped in the kernel (ring buffer full)."""
         return self._lost_at_close if self._bpf is None else self._stat(_STAT_LOST)
+
+    @property
+    def shed(self) -> int:
+        """Samples not kept because this reader was far behind (profile.c "Shedding"): the
+        rate was lowered (kept samples then weigh more), never a random loss."""
+        return self._shed_at_close if self._bpf is None else self._stat(_STAT_SHED)
 
     @property
     def news_lost(self) -> int:
