@@ -26,8 +26,9 @@ take the cpu controller only if its parent holds no processes, which only the ro
 left (and removed) when the budget is released; an older one whose process is gone (killed)
 is removed on the next start.
 
-Parsing is pure (:func:`v2_cpu_root`, :func:`v1_cpu_root`, :func:`cpu_max_line`); the file
-writes are in :func:`apply_cpu_budget` and :meth:`CpuBudget.release`.
+Parsing is pure (:func:`v2_cpu_root`, :func:`v1_cpu_root`, :func:`cgroup_path_in`,
+:func:`cpu_max_line`); the file writes are in :func:`apply_cpu_budget` and the methods of
+:class:`CpuBudget`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "PERIOD_US",
     "CpuBudget",
     "apply_cpu_budget",
+    "cgroup_path_in",
     "cpu_max_line",
     "v1_cpu_root",
     "v2_cpu_root",
@@ -182,27 +184,6 @@ def _unlimited(cores: float, why: str) -> CpuBudget:
     )
 
 
-def _own_cgroup(root: Path, pid: int) -> tuple[Path, Path]:
-    """(where this process is now, the new budget cgroup), old budget cgroups swept first."""
-    _sweep_stale(root)
-    home = root / _relative_cgroup(root, pid)
-    cgroup = root / f"{GROUP_PREFIX}{pid}"
-    cgroup.mkdir(exist_ok=True)
-    return home, cgroup
-
-
-def _relative_cgroup(root: Path, pid: int) -> str:
-    """This process's cgroup path inside the hierarchy mounted at *root*, from
-    /proc/<pid>/cgroup (v2: the "0::" line; v1: the line listing the cpu controller)."""
-    text = Path(f"/proc/{pid}/cgroup").read_text()
-    v1 = (root / "cgroup.controllers").exists() is False
-    for line in text.splitlines():
-        _, controllers, path = line.split(":", 2)
-        if (not v1 and controllers == "") or (v1 and "cpu" in controllers.split(",")):
-            return path.lstrip("/")
-    return ""
-
-
 def _sweep_stale(root: Path) -> None:
     for old in root.glob(f"{GROUP_PREFIX}*"):
         with contextlib.suppress(OSError, ValueError):
@@ -210,34 +191,45 @@ def _sweep_stale(root: Path) -> None:
                 old.rmdir()  # refused while it holds a process: then it is not stale
 
 
+def cgroup_path_in(proc_cgroup: str, v1: bool) -> str:
+    """A process's cgroup path (without the leading /) from /proc/<pid>/cgroup text: the v2
+    line ("0::/path"), or the v1 line listing the cpu controller ("4:cpu,cpuacct:/path")."""
+    for line in proc_cgroup.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if (controllers == "") if not v1 else ("cpu" in controllers.split(",")):
+            return path.lstrip("/")
+    return ""
+
+
+def _enter(cores: float, how: str, root: Path, pid: int, limits: dict[str, str]) -> CpuBudget:
+    """Make the budget cgroup under *root*, write its *limits* and move *pid* into it."""
+    _sweep_stale(root)
+    home = root / cgroup_path_in(Path(f"/proc/{pid}/cgroup").read_text(), v1=how == V1)
+    cgroup = root / f"{GROUP_PREFIX}{pid}"
+    cgroup.mkdir(exist_ok=True)
+    try:
+        for name, value in limits.items():
+            (cgroup / name).write_text(value + "\n")
+        (cgroup / "cgroup.procs").write_text(f"{pid}\n")  # every thread of the process
+    except OSError:
+        with contextlib.suppress(OSError):
+            cgroup.rmdir()
+        raise
+    return _held(cores, how, cgroup, home)
+
+
 def _hold_v2(cores: float, root: Path, pid: int) -> CpuBudget:
     if "cpu" not in (root / "cgroup.controllers").read_text().split():
         raise OSError(0, "the cpu controller is not in the v2 hierarchy")
     if "cpu" not in (root / "cgroup.subtree_control").read_text().split():
         (root / "cgroup.subtree_control").write_text("+cpu\n")
-    home, cgroup = _own_cgroup(root, pid)
-    try:
-        (cgroup / "cpu.max").write_text(cpu_max_line(cores) + "\n")
-        (cgroup / "cgroup.procs").write_text(f"{pid}\n")
-    except OSError:
-        with contextlib.suppress(OSError):
-            cgroup.rmdir()
-        raise
-    return _held(cores, V2, cgroup, home)
+    return _enter(cores, V2, root, pid, {"cpu.max": cpu_max_line(cores)})
 
 
 def _hold_v1(cores: float, root: Path, pid: int) -> CpuBudget:
-    home, cgroup = _own_cgroup(root, pid)
     quota, period = cpu_max_line(cores).split()
-    try:
-        (cgroup / "cpu.cfs_period_us").write_text(period + "\n")
-        (cgroup / "cpu.cfs_quota_us").write_text(quota + "\n")
-        (cgroup / "cgroup.procs").write_text(f"{pid}\n")  # v1 too: every thread of the process
-    except OSError:
-        with contextlib.suppress(OSError):
-            cgroup.rmdir()
-        raise
-    return _held(cores, V1, cgroup, home)
+    limits = {"cpu.cfs_period_us": period, "cpu.cfs_quota_us": quota}
+    return _enter(cores, V1, root, pid, limits)
 
 
 def _held(cores: float, how: str, cgroup: Path, home: Path) -> CpuBudget:

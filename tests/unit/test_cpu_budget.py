@@ -14,6 +14,7 @@ from zerotrace.cpu_budget import (
     WEIGHT_BEHIND,
     WEIGHT_KEEPING_UP,
     apply_cpu_budget,
+    cgroup_path_in,
     cpu_max_line,
     v1_cpu_root,
     v2_cpu_root,
@@ -35,6 +36,13 @@ def test_the_hierarchies_are_found_in_the_mounts_text() -> None:
     assert v1_cpu_root(HYBRID) == Path("/sys/fs/cgroup/cpu,cpuacct")  # not cpuset
     assert (v2_cpu_root(UNIFIED), v1_cpu_root(UNIFIED)) == (Path("/sys/fs/cgroup"), None)
     assert v1_cpu_root("cgroup /x cgroup rw,cpuset 0 0\n") is None
+
+
+def test_a_process_cgroup_path_is_read_from_the_line_of_its_hierarchy() -> None:
+    text = "9:name=systemd:/\n4:memory:/m/x\n1:cpu,cpuacct:/batch/job\n0::/user.slice/s.scope\n"
+    assert cgroup_path_in(text, v1=True) == "batch/job"
+    assert cgroup_path_in(text, v1=False) == "user.slice/s.scope"
+    assert cgroup_path_in("0::/\n", v1=True) == ""  # none listed: the root
 
 
 def test_the_quota_is_the_cores_times_the_period_and_never_below_the_kernels_minimum() -> None:
