@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from zerotrace_collector.collector import Collector
 
 
+DRAIN_LIMIT_S = 10.0  # at the end, at most this long reading what the rings still hold
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "collector",
@@ -118,7 +121,10 @@ def _publish(
             if duration and time.monotonic() - started >= duration:
                 break
     finally:
-        col.pump(0)
+        # What the rings still hold is taken before they close (a poll takes 4 MiB at most).
+        drain_until = time.monotonic() + DRAIN_LIMIT_S
+        while col.pump(0) and time.monotonic() < drain_until:
+            pass
         feeds.close()
         pending = producer.flush(30)
     spooled = producer.spooled

@@ -429,22 +429,23 @@ class SocketProbe(AttachedProbe):
     def _on_ring_event(self, _ctx: Any, data: int, size: int) -> int:
         # Decoded at once: the event's buffer (up to the payload cap) is dropped here, so a
         # drained ring costs its samples' memory once, not twice. Once a poll has taken
-        # POLL_BYTES, the event is left in the ring (libbpf stops at a negative return and
-        # does not consume that event): the next poll takes it, after what was taken went
-        # through the pipeline, so a full 16 MiB ring is never all in memory at once.
-        if self._poll_budget < size:
-            self.backlog = True
-            return -1
-        self._poll_budget -= size
+        # POLL_BYTES it stops (a negative return ends libbpf's loop), and the rest waits in
+        # the ring for the next poll, after what was taken went through the pipeline: a full
+        # 16 MiB ring is never all in memory at once. libbpf has already consumed the event
+        # it hands to this callback, whatever it returns, so that event is kept first.
         self._taken += size
         try:
             sample = decode_socket_event(ctypes.string_at(data, size))
         except MalformedEvent as exc:
             self.malformed += 1
             self.last_malformed = str(exc)
-            return 0
-        if self._keep(sample):
+            sample = None
+        if sample is not None and self._keep(sample):
             self._pending.append(sample)
+        self._poll_budget -= size
+        if self._poll_budget <= 0:
+            self.backlog = True
+            return -1
         return 0
 
     def poll(self, timeout_ms: int) -> list[SocketSample]:
