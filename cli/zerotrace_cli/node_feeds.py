@@ -41,9 +41,12 @@ class NodeFeeds:
 
     @property
     def behind(self) -> bool:
-        """The last poll left events in the socket ring: the reader is behind (the CPU
-        budget's weight goes up until it keeps up; see zerotrace.cpu_budget)."""
-        return self.socket_probe is not None and self.socket_probe.backlog
+        """The last poll left events in the socket ring, or the profiler found much waiting
+        or new processes: the reader is behind (the CPU budget's weight goes up until it
+        keeps up; see zerotrace.cpu_budget)."""
+        if self.socket_probe is not None and self.socket_probe.backlog:
+            return True
+        return any(getattr(feed, "behind", False) for feed in self.profiling)
 
     def programs(self) -> list[str]:
         """The final eBPF programs, for the hidden --ebpf flag."""

@@ -5,6 +5,7 @@ feeds are built, never attached, here; the in-memory twin stands in for attached
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -103,3 +104,15 @@ def test_without_sockets_follow_reaches_the_profilers_only() -> None:
     assert node.attach() == []
     node.follow(5)
     assert profiled.followed == [5]
+
+
+def test_the_node_is_behind_when_a_ring_was_left_full_or_the_profiler_has_news() -> None:
+    socket = SimpleNamespace(backlog=False)
+    profiler, gpu = SimpleNamespace(behind=False), SimpleNamespace()
+    node = NodeFeeds([], socket, [gpu, profiler])  # type: ignore[arg-type]
+    assert not node.behind
+    profiler.behind = True
+    assert node.behind
+    profiler.behind, socket.backlog = False, True
+    assert node.behind
+    assert not NodeFeeds([], None, []).behind

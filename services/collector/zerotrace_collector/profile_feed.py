@@ -91,6 +91,7 @@ class ProfileFeed:
         # pid -> (executable, when inspected, when the executable was last looked at)
         self._seen: dict[int, tuple[str, float, float]] = {}
         self._gone: dict[int, float] = {}  # pid -> when its exit was noticed
+        self._news_waiting = False
         self._swept_at = clock()
         self._containers = ContainerIds()
         # Merged frames by everything they are made of: a busy program repeats a few stacks
@@ -103,8 +104,15 @@ class ProfileFeed:
         )
         self.counts: Counter[str] = Counter()
 
+    @property
+    def behind(self) -> bool:
+        """The last poll found much waiting in the ring, or processes to look at."""
+        return self.probe.backlog or self._news_waiting
+
     def attach(self) -> None:
         self.probe.attach()
+        # The kernel's symbols now (kallsyms: about a second), not amid the first samples.
+        self._symbolizer.kernel_frames([])
 
     def close(self) -> None:
         self.probe.close()
@@ -287,9 +295,15 @@ class ProfileFeed:
 
     def poll(self, timeout_ms: int) -> list[RawRecord]:
         samples = self.probe.poll(timeout_ms)
-        self.take_news(self.probe.take_news())
+        news = self.probe.take_news()
+        self._news_waiting = bool(news)
+        self.take_news(news)
         for pid in {s.pid for s in samples}:
             self.python_process(pid)
+        for sample in samples:  # Python code objects first, while their processes live
+            proc = self._procs.get(sample.pid)
+            if proc is not None and sample.py_frames:
+                self._py.read_ahead(proc, sample.py_frames)
         out = [self.record(s) for s in samples]
         if self._clock() - self._swept_at >= self._sweep_s:
             self._swept_at = self._clock()

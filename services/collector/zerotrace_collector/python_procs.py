@@ -309,27 +309,62 @@ def _runtime_symbol(path: str, st: os.stat_result) -> tuple[int, int] | None:
     return found
 
 
+def defined_symbol(symtab: bytes, strtab: bytes, name: bytes, elfclass: int = 64) -> int | None:
+    """The value of the defined symbol *name* in a raw little-endian symbol table section and
+    its string table, or None. A straight scan of the fixed-size records: pyelftools' lookup
+    by name builds a dict of every symbol first (0.2 s for python3.11), and the first Python
+    process must be read at once, while its first samples are being taken."""
+    offsets = {0} if strtab.startswith(name + b"\0") else set()
+    at = strtab.find(b"\0" + name + b"\0")
+    while at >= 0:
+        offsets.add(at + 1)
+        at = strtab.find(b"\0" + name + b"\0", at + 1)
+    if not offsets:
+        return None
+    fmt, size = ("<IBBHQQ", 24) if elfclass == 64 else ("<IIIBBH", 16)
+    for row in struct.iter_unpack(fmt, symtab[: len(symtab) - len(symtab) % size]):
+        st_name, st_value, st_shndx = (
+            (row[0], row[4], row[3]) if elfclass == 64 else (row[0], row[1], row[5])
+        )
+        # A module that only imports the symbol lists it undefined (section 0), at value 0.
+        if st_name in offsets and st_shndx != 0 and st_value:
+            return int(st_value)
+    return None
+
+
 def _read_runtime_symbol(path: str) -> tuple[int, int] | None:
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
+    from .symbols.elf_sections import SHT_DYNSYM, SHT_SYMTAB, read_section, read_sections
+
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
+            if not elf.little_endian:
+                return None
             first_load = min(
                 (s["p_vaddr"] & ~0xFFF for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"),
                 default=0,
             )
-            for section_name in (".dynsym", ".symtab"):
-                section = elf.get_section_by_name(section_name)
-                if section is None:
-                    continue
-                symbols = section.get_symbol_by_name("_PyRuntime")  # type: ignore[attr-defined]
-                # A module that only imports _PyRuntime lists it undefined, at value 0.
-                for symbol in symbols or ():
-                    if symbol["st_shndx"] != "SHN_UNDEF" and symbol["st_value"]:
-                        return int(symbol["st_value"]), int(first_load)
-    except (OSError, ELFError, ValueError):
+            head = elf.header
+            sections = read_sections(
+                f,
+                elfclass=elf.elfclass,
+                little_endian=True,
+                shoff=head["e_shoff"],
+                shnum=head["e_shnum"],
+                shstrndx=head["e_shstrndx"],
+            )
+            for kind in (SHT_DYNSYM, SHT_SYMTAB):
+                for table in (s for s in sections if s.type == kind and s.link < len(sections)):
+                    strings = read_section(f, sections[table.link])
+                    value = defined_symbol(
+                        read_section(f, table), strings, b"_PyRuntime", elf.elfclass
+                    )
+                    if value is not None:
+                        return value, int(first_load)
+    except (OSError, ELFError, ValueError, struct.error):
         return None
     return None
 

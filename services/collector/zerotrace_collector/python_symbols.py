@@ -222,13 +222,7 @@ class PythonSymbols:
             fd = self._fd(proc)
             if fd is None:
                 return None
-            info = self._read_code(fd, proc, code_addr)
-            self._codes[key] = info
-            self._code_bytes += _held(info)
-            while self._codes and (
-                len(self._codes) > self._max_codes or self._code_bytes > self._max_code_bytes
-            ):
-                self._code_bytes -= _held(self._codes.popitem(last=False)[1])
+            info = self._remember(key, self._read_code(fd, proc, code_addr))
         if info is None:
             self.counts["py_code_unreadable"] += 1
             return None
@@ -243,6 +237,29 @@ class PythonSymbols:
         if len(self._texts) > 4 * self._max_codes:
             self._texts.popitem(last=False)
         return text
+
+    def read_ahead(self, proc: PythonProcess, leaf_first: Iterable[tuple[int, int]]) -> None:
+        """Read the code objects of these frames now, into the cache (nothing counted: the
+        naming that follows counts): a batch's native and kernel symbols can take long the
+        first time (ELF files, kallsyms), and a short-lived process may be gone by then."""
+        fd = None
+        for code, _ in leaf_first:
+            key = (proc.pid, proc.start_time, code)
+            if not code or key in self._codes:
+                continue
+            fd = fd if fd is not None else self._fd(proc)
+            if fd is None:
+                return
+            self._remember(key, self._read_code(fd, proc, code))
+
+    def _remember(self, key: tuple[int, int, int], info: CodeInfo | None) -> CodeInfo | None:
+        self._codes[key] = info
+        self._code_bytes += _held(info)
+        while self._codes and (
+            len(self._codes) > self._max_codes or self._code_bytes > self._max_code_bytes
+        ):
+            self._code_bytes -= _held(self._codes.popitem(last=False)[1])
+        return info
 
     def frames(self, proc: PythonProcess, leaf_first: Iterable[tuple[int, int]]) -> list[str]:
         """The frames the BPF walker recorded, (code, instruction) leaf first, named root

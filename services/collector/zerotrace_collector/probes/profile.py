@@ -105,6 +105,9 @@ class ProfileProbe(AttachedProbe):
         self._lost_at_close = 0
         self._shed_at_close = 0
         self._taken = 0  # ring bytes consumed: the program thins its samples when far behind
+        # True when the last poll found an eighth of the ring or more waiting: this reader is
+        # late (its CPU weight goes up until it keeps up; zerotrace.cpu_budget).
+        self.backlog = False
         self._mappings = True  # announce executable mappings (set by attach)
 
     # -- program -------------------------------------------------------------
@@ -234,8 +237,10 @@ class ProfileProbe(AttachedProbe):
         returns at the timeout: then whatever arrived meanwhile is consumed."""
         if self._bpf is None:
             raise RuntimeError("poll() before attach()")
+        taken_before = self._taken
         self._bpf.ring_buffer_poll(timeout=timeout_ms)
         self._bpf.ring_buffer_consume()
+        self.backlog = self._taken - taken_before >= self.ringbuf_pages * 4096 // 8
         flow = self._table("zt_profile_flow")
         flow[flow.Key(_FLOW_TAKEN)] = flow.Leaf(self._taken)
         out, self._pending = self._pending, []
