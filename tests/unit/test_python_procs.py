@@ -21,6 +21,7 @@ from zerotrace_collector.python_procs import (
     NO_SHIM,
     TID_NATIVE,
     TID_PTHREAD,
+    defined_symbol,
     inspect,
     interpreter_module,
     layout_from_debug_offsets,
@@ -193,3 +194,16 @@ def test_debug_offsets_refused_unless_a_313_gil_build() -> None:
     assert layout_from_debug_offsets(bytes(newer)) is None
     assert layout_from_debug_offsets(b"xdebugpz" + bytes(good[8:])) is None
     assert layout_from_debug_offsets(bytes(good[:100])) is None
+
+
+def test_a_defined_symbol_is_found_by_a_scan_of_the_raw_table() -> None:
+    strtab = b"\0_PyRuntime\0other\0"
+    row64 = struct.Struct("<IBBHQQ")  # name, info, other, shndx, value, size
+    undefined = row64.pack(1, 0x11, 0, 0, 0, 0)  # an import of it: section 0, value 0
+    other = row64.pack(12, 0x11, 0, 20, 0x1000, 8)
+    defined = row64.pack(1, 0x11, 0, 20, 0xA5B000, 0x4000)
+    assert defined_symbol(undefined + other + defined, strtab, b"_PyRuntime") == 0xA5B000
+    assert defined_symbol(undefined + other, strtab, b"_PyRuntime") is None
+    assert defined_symbol(defined, b"\0_PyRuntimeX\0", b"_PyRuntime") is None
+    row32 = struct.Struct("<IIIBBH")  # name, value, size, info, other, shndx
+    assert defined_symbol(row32.pack(1, 0x8000, 4, 0x11, 0, 3), strtab, b"_PyRuntime", 32) == 0x8000
