@@ -82,12 +82,23 @@ def test_keep_alive_and_pipelining_pair_fifo() -> None:
     assert later.index == 3
 
 
-def test_tls_and_other_protocols_are_given_up_cleanly() -> None:
-    for first in (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", b"*1\r\n$4\r\nPING\r\n"):
-        conv, counters = conversation()
-        assert feed(conv, sock("EGRESS", first, 1), sock("INGRESS", b"\x16\x03\x03", 2)) == []
-        assert conv.gave_up == "not HTTP/1.x"
-        assert counters[c.CONNS_NOT_HTTP] == 1 and counters[c.RECORDS_IGNORED] == 1
+def test_other_protocols_are_given_up_cleanly() -> None:
+    conv, counters = conversation()
+    redis = sock("EGRESS", b"*1\r\n$4\r\nPING\r\n", 1)
+    assert feed(conv, redis, sock("INGRESS", b"+PONG\r\n", 2)) == []
+    assert conv.gave_up == "not HTTP/1.x"
+    assert counters[c.CONNS_NOT_HTTP] == 1 and counters[c.RECORDS_IGNORED] == 1
+
+
+def test_tls_records_of_syscalls_are_skipped_until_plaintext_comes() -> None:
+    """Ciphertext the syscall probe saw before the TLS uprobes linked the connection: skipped
+    and counted, never a verdict (the plaintext comes as TLS records of the connection)."""
+    conv, counters = conversation()
+    hello = sock("EGRESS", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 1)
+    assert feed(conv, hello, sock("INGRESS", b"\x16\x03\x03\x00\x7a", 2)) == []
+    assert conv.gave_up is None and counters[c.RECORDS_TLS_BEFORE_LINK] == 2
+    [ex] = feed(conv, sock("EGRESS", GET, 3, source="TLS"), sock("INGRESS", OK, 4, source="TLS"))
+    assert ex.index == 0 and conv.observation_point == "CLIENT"
 
 
 def test_garbage_after_good_traffic_aborts_what_is_in_flight() -> None:

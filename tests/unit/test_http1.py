@@ -264,7 +264,10 @@ def test_switching_protocols_and_connect_leave_http() -> None:
         (b"M-SEARCH * HTTP/1.1", Verdict.REQUEST),
         (b"HTTP/1.1 200 OK\r\n", Verdict.RESPONSE),
         (b"", Verdict.UNKNOWN),
-        (b"\x16\x03\x01\x00", Verdict.OTHER),
+        (b"\x16\x03\x01\x00", Verdict.TLS),  # a ClientHello
+        (b"\x17\x03\x03\x00\x20", Verdict.TLS),  # application data
+        (b"\x16\x02\x01", Verdict.OTHER),  # not a TLS version
+        (b"\x18\x03\x01", Verdict.OTHER),
         (b"*3\r\n$3\r\nSET\r\n", Verdict.OTHER),
         (b"PING\r\n", Verdict.OTHER),
         (b"get / HTTP/1.1", Verdict.OTHER),

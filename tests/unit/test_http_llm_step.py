@@ -487,3 +487,20 @@ def test_a_shed_connection_keeps_its_whole_exchanges_and_drops_the_one_it_cut(
         0,
     )
     assert correlator.connections == 0 and not correlator.holds.held()
+
+
+def test_ciphertext_read_before_the_tls_link_waits_for_the_plaintext() -> None:
+    """A server feeding libssl from memory (uvicorn) reads the ClientHello with a syscall
+    before the TLS uprobes link the connection: that record is skipped and counted, and the
+    plaintext that follows (source TLS) is the conversation; a capture's ciphertext is not."""
+    correlator = HttpLlmCorrelator()
+    hello = sock("INGRESS", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 500_000)
+    plain = [{**r, "source": "TLS"} for r in chat_stream_records()]
+    out = run(hello, *plain, correlator=correlator)
+    spans, llms = by_kind(out)
+    assert len(spans) == 1 and len(llms) == 1 and llms[0]["ttft_ns"] is not None
+    assert correlator.counters[c.RECORDS_TLS_BEFORE_LINK] == 1
+    assert correlator.counters[c.CONNS_NOT_HTTP] == 0
+    packet = HttpLlmCorrelator()
+    run({**hello, "source": "PACKET"}, correlator=packet)
+    assert packet.counters[c.CONNS_NOT_HTTP] == 1

@@ -239,6 +239,12 @@ class Conversation:
     def _decide_roles(self, payload: bytes, direction: str, packet: bool) -> bool:
         """Judges the first records: True once a request line shows which way requests go."""
         verdict = sniff(payload)
+        if verdict is Verdict.TLS and not packet:
+            # Ciphertext read by the syscall before the TLS uprobes linked the connection (a
+            # server that feeds libssl from memory, like uvicorn, reads the ClientHello
+            # first): the plaintext comes as TLS records of the same connection.
+            self.counters[c.RECORDS_TLS_BEFORE_LINK] += 1
+            return False
         self._joined_late |= verdict is Verdict.RESPONSE
         if verdict is Verdict.REQUEST:
             self._request_direction = direction

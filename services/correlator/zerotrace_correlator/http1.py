@@ -389,6 +389,7 @@ class Verdict(Enum):
     REQUEST = auto()  # starts like a request line: this direction carries requests
     RESPONSE = auto()  # starts like a status line: we joined a connection mid-way
     UNKNOWN = auto()  # nothing to judge by (no payload captured)
+    TLS = auto()  # a TLS record: HTTP may follow as plaintext from the TLS uprobes
     OTHER = auto()  # not HTTP/1.x
 
 
@@ -403,4 +404,7 @@ def sniff(payload: bytes) -> Verdict:
         return Verdict.RESPONSE
     if _SNIFF_REQUEST.match(payload):
         return Verdict.REQUEST
+    # Content type (change_cipher_spec .. application_data), then version 3.x.
+    if len(payload) >= 3 and 0x14 <= payload[0] <= 0x17 and payload[1] == 3 and payload[2] <= 4:
+        return Verdict.TLS
     return Verdict.OTHER

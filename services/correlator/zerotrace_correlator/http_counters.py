@@ -21,6 +21,7 @@ RECORDS_IGNORED = "http.records.ignored"  # records on a connection given up
 CAPTURE_TRUNCATED_RECORDS = "http.records.capture_truncated"  # payload shorter than bytes
 BYTES_LOST_BY_TCP_SEQ = "http.bytes.lost"  # a record's tcp_seq skipped bytes: events were lost
 RECORDS_REPEATED = "http.records.repeated"  # a record of bytes already seen (peek, replay)
+RECORDS_TLS_BEFORE_LINK = "http.records.tls_before_link"  # ciphertext before the TLS link
 
 # Exchanges
 EXCHANGES = "http.exchanges"  # requests seen
