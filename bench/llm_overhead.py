@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,10 +86,12 @@ def measure(mode: str, truths: list[Truth]) -> Measure:
 
 
 @contextmanager
-def openai_server() -> Iterator[tuple[str, int]]:
+def openai_server(options: Sequence[str] = (), scheme: str = "http") -> Iterator[tuple[str, int]]:
+    """The test server with these extra options (https: with --certfile and --keyfile)."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.harness.openai_server", "--port", str(port)], cwd=REPO
+        [sys.executable, "-m", "tests.harness.openai_server", "--port", str(port), *options],
+        cwd=REPO,
     )
     try:
         deadline = time.monotonic() + 30
@@ -100,21 +102,25 @@ def openai_server() -> Iterator[tuple[str, int]]:
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise SystemExit("the OpenAI-compatible test server did not start")
             time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}", proc.pid
+        yield f"{scheme}://127.0.0.1:{port}", proc.pid
     finally:
         proc.terminate()
         proc.wait(timeout=10)
 
 
 @contextmanager
-def zerotrace_attached(pid: int, store: Path) -> Iterator[int]:
-    """`zerotrace run --pid PID` until the block ends; yields its HTTP port once it serves."""
+def zerotrace_attached(pid: int, store: Path, summary: Path | None = None) -> Iterator[int]:
+    """`zerotrace run --pid PID` until the block ends; yields its HTTP port once it serves.
+    *summary*: a file for its standard output (with --quiet, the summary it prints at the end)."""
     http_port = free_port()
+    out = summary.open("w") if summary else None
     proc = subprocess.Popen(
         [sys.executable, "-m", "zerotrace_cli", "run", "--no-files", "--quiet", "--pid", str(pid),
          "--store", str(store), "--http-port", str(http_port), "--grpc-port", str(free_port())],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, stdout=out or subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    if out:
+        out.close()  # the child has its own copy
     assert proc.stderr is not None
     err: list[str] = []
     try:

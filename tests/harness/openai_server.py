@@ -6,21 +6,31 @@ generated; the extra body field `zt_pace` = {"first_ms": prefill delay, "token_m
 between tokens}. Streams look like vLLM's: a role-only first chunk for chat, one chunk per
 token, a finish chunk, the usage chunk when `stream_options.include_usage`, then [DONE].
 
+With `--burn-ms-per-token X` every token costs X ms of CPU instead of the request's paced
+sleeps (the prefill one token's worth): the server is CPU-bound, as a model server is, and
+saturates the cores. The work is SHA-256 in threads, one per core, native code that releases
+the GIL, like a tensor library's forward pass: the event loop keeps reading requests and
+writing tokens while the burners queue for the cores.
+
 With `--truth FILE` the server appends one JSON line per request with its own stamps
 (CLOCK_MONOTONIC ns): when the app got the request, and just before it sent the first and
 the last content. A capture between client and server sees a token no earlier than the server
 sent it and a request no later than the app got it, so these bound what the wire can show.
 
 Run: python -m tests.harness.openai_server --port 8000 [--certfile C --keyfile K] [--truth F]
+    [--burn-ms-per-token X]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +63,40 @@ def truth_file(path: Path) -> Record:
     return record
 
 
+def burn_bytes(ms: float) -> int:
+    """How many bytes SHA-256 takes *ms* of this thread's CPU time to hash, measured here."""
+    block = bytes(1 << 20)
+
+    def cost_ns() -> int:
+        start = time.thread_time_ns()
+        hashlib.sha256(block)
+        return time.thread_time_ns() - start
+
+    return max(1, round(len(block) * ms * 1e6 / max(1, min(cost_ns() for _ in range(5)))))
+
+
+def burn(data: memoryview) -> None:
+    """Hash *data* in one call: the GIL stays released for the whole token (SHA-256 releases
+    it from 2 KiB on), so a burner holds it only to start and to finish, and the event loop
+    thread seldom waits for it."""
+    hashlib.sha256(data)
+
+
+# Waits before a token: the request's paced sleep, or (burn mode) a token's CPU.
+Pause = Callable[[float], Awaitable[None]]
+
+
+def burner(ms: float) -> Pause:
+    """A Pause that burns *ms* of CPU in one of a thread per core, whatever the pace asked."""
+    threads = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="burn")
+    data = memoryview(bytes(burn_bytes(ms)))
+
+    async def pause(_pace_s: float) -> None:
+        await asyncio.get_running_loop().run_in_executor(threads, burn, data)
+
+    return pause
+
+
 def token_text(i: int) -> str:
     return f"tok{i} "
 
@@ -66,8 +110,11 @@ async def read_body(receive: Receive) -> bytes:
             return body
 
 
-def make_app(record: Record = no_record) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """The ASGI app; *record* gets the server's stamps of every request it answers."""
+def make_app(
+    record: Record = no_record, pause: Pause = asyncio.sleep
+) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """The ASGI app; *record* gets the server's stamps of every request it answers; *pause*
+    waits before each token (asyncio.sleep: the request's pace)."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -98,7 +145,7 @@ def make_app(record: Record = no_record) -> Callable[[Scope, Receive, Send], Awa
         else:
             await respond_json(send, 404, {"error": {"message": f"no route {path}"}})
             return
-        await generate(endpoint, request, send, request_ns, record)
+        await generate(endpoint, request, send, request_ns, record, pause)
 
     return app
 
@@ -141,6 +188,7 @@ async def generate(
     send: Send,
     request_ns: int = 0,
     record: Record = no_record,
+    pause: Pause = asyncio.sleep,
 ) -> None:
     n = int(request.get("max_tokens") or request.get("max_output_tokens") or 16)
     pace = request.get("zt_pace") or {}
@@ -150,7 +198,11 @@ async def generate(
     prompt_tokens = 7
     rid = f"cmpl-{time.monotonic_ns()}"
     if not request.get("stream"):
-        await asyncio.sleep(first_s + token_s * (n - 1))
+        if pause is asyncio.sleep:
+            await asyncio.sleep(first_s + token_s * (n - 1))
+        else:
+            for i in range(n):
+                await pause(token_s if i else first_s)
         text = "".join(token_text(i) for i in range(n))
         if endpoint == "chat":
             body: dict[str, Any] = {
@@ -237,11 +289,11 @@ async def generate(
             {"type": "response.created", "response": {"id": rid, "model": model}},
             "response.created",
         )
-    await asyncio.sleep(first_s)
+    await pause(first_s)
     first_ns = last_ns = 0
     for i in range(n):
         if i:
-            await asyncio.sleep(token_s)
+            await pause(token_s)
         last_ns = time.monotonic_ns()
         first_ns = first_ns or last_ns
         if endpoint == "chat":
@@ -286,9 +338,17 @@ def main() -> None:
     parser.add_argument("--certfile")
     parser.add_argument("--keyfile")
     parser.add_argument("--truth", type=Path, help="append the server's stamps here")
+    parser.add_argument(
+        "--burn-ms-per-token",
+        type=float,
+        default=0,
+        help="each token costs this many ms of CPU instead of the request's paced sleep",
+    )
     args = parser.parse_args()
+    record = truth_file(args.truth) if args.truth else no_record
+    pause = burner(args.burn_ms_per_token) if args.burn_ms_per_token > 0 else asyncio.sleep
     uvicorn.run(
-        make_app(truth_file(args.truth)) if args.truth else app,
+        make_app(record, pause),
         host="127.0.0.1",
         port=args.port,
         loop="uvloop",
