@@ -157,6 +157,7 @@ struct zt_sys_call {
 	u8 flags;
 	u8 addr[28]; /* connect: the user's sockaddr */
 	u32 tcp_seq; /* data calls, with ZT_SOCK_F_TCP_SEQ in flags */
+	u32 waited_us; /* reads, with ZT_SOCK_F_WAITED in flags */
 };
 
 struct zt_sock_data_scratch {
@@ -345,7 +346,8 @@ static __always_inline u32 zt_copy_iov(u8 *payload, u64 iov_ptr, u64 vlen, s64 t
  */
 static __always_inline void zt_emit_data(u32 tgid, u32 tid, s32 fd, u64 start_ns, s64 ret,
 					 u64 conn_start_ns, u8 direction, u8 source, u8 op,
-					 u8 flags, int copy, u64 src, u64 vlen, u32 tcp_seq)
+					 u8 flags, int copy, u64 src, u64 vlen, u32 tcp_seq,
+					 u32 waited_us)
 {
 	u32 cpu = bpf_get_smp_processor_id();
 	struct zt_sock_data_scratch *ev = zt_socket_scratch.lookup(&cpu);
@@ -365,7 +367,7 @@ static __always_inline void zt_emit_data(u32 tgid, u32 tid, s32 fd, u64 start_ns
 	ev->hdr.op = op;
 	ev->hdr.flags = flags;
 	ev->hdr.tcp_seq = tcp_seq;
-	ev->hdr._pad = 0;
+	ev->hdr.waited_us = waited_us;
 	bpf_get_current_comm(ev->hdr.comm, sizeof(ev->hdr.comm));
 	u64 n = 0;
 	if (copy == 1)
@@ -415,7 +417,10 @@ static __always_inline int zt_read_ptr(u64 *out, u64 base, u64 offset)
  * and the sequence number is then off, not the bytes. 0 when any link is missing or the
  * fd is not a socket (its socket->file does not point back at the file).
  */
-static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u32 *seq)
+/* The TCP sequence number of the call's first byte; for a read also the socket's
+ * tcp_mstamp (us of CLOCK_MONOTONIC: its most recent segment, sent or received), from which
+ * the caller knows how long the data waited to be read. */
+static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u32 *seq, u64 *mstamp_us)
 {
 	u64 task = bpf_get_current_task();
 	u64 files = 0, fdt = 0, fds = 0, file = 0, sock = 0, back = 0, sk = 0;
@@ -430,10 +435,12 @@ static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u32 *seq)
 	    !zt_read_ptr(&sk, sock, ZT_OFF_SOCKET_SK))
 		return 0;
 	u64 off = direction == ZT_DIR_EGRESS ? ZT_OFF_TCP_WRITE_SEQ : ZT_OFF_TCP_COPIED_SEQ;
+	if (direction == ZT_DIR_INGRESS)
+		bpf_probe_read_kernel(mstamp_us, sizeof(*mstamp_us), (void *)(sk + ZT_OFF_TCP_MSTAMP));
 	return bpf_probe_read_kernel(seq, sizeof(*seq), (void *)(sk + off)) == 0;
 }
 #else
-static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u32 *seq)
+static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u32 *seq, u64 *mstamp_us)
 {
 	return 0;
 }
@@ -495,8 +502,16 @@ static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 di
 	if (info->tls)
 		c->flags |= ZT_SOCK_F_CIPHERTEXT;
 	c->tcp_seq = 0;
-	if (zt_tcp_seq((s32)fd, direction, &c->tcp_seq))
+	c->waited_us = 0;
+	u64 mstamp_us = 0, now_us = c->start_ns / 1000;
+	if (zt_tcp_seq((s32)fd, direction, &c->tcp_seq, &mstamp_us))
 		c->flags |= ZT_SOCK_F_TCP_SEQ;
+	/* Bytes that came in before the call began; an hour and more is not a wait but a stamp
+	 * of something else. Not for TLS sockets: the syscall's bytes are not the plaintext's. */
+	if (mstamp_us && mstamp_us <= now_us && now_us - mstamp_us < 3600000000ULL && !info->tls) {
+		c->waited_us = (u32)(now_us - mstamp_us);
+		c->flags |= ZT_SOCK_F_WAITED;
+	}
 	if (zt_socket_inflight.update(&tid, c) != 0)
 		zt_stat_inc(ZT_STAT_INFLIGHT_FULL);
 	return 0;
@@ -517,7 +532,8 @@ static __always_inline int zt_data_exit(s64 ret, u8 direction, int vector)
 		return 0; /* EAGAIN, error, or EOF: no bytes moved */
 	int copy = (st.flags & ZT_SOCK_F_CIPHERTEXT) ? 0 : (vector ? 2 : 1);
 	zt_emit_data(tgid, tid, st.fd, st.start_ns, ret, st.conn_start_ns, direction,
-		     ZT_SRC_SYSCALL, st.op, st.flags, copy, st.buf, st.vlen, st.tcp_seq);
+		     ZT_SRC_SYSCALL, st.op, st.flags, copy, st.buf, st.vlen, st.tcp_seq,
+		     st.waited_us);
 	return 0;
 }
 

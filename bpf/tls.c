@@ -181,7 +181,7 @@ static __always_inline int zt_ssl_exit(struct pt_regs *ctx)
 		}
 	}
 	zt_emit_data(tgid, tid, fd, st.start_ns, n, conn_start_ns, st.direction, ZT_SRC_TLS,
-		     st.op, flags, 1, st.buf, 0, 0);
+		     st.op, flags, 1, st.buf, 0, 0, 0);
 	return 0;
 }
 

@@ -85,6 +85,7 @@ _Static_assert(sizeof(struct zt_file_open_event) == 320,
 #define ZT_SOCK_F_FD_GUESSED 0x02 /* TLS: SSL*->fd bound by the memory-BIO heuristic */
 #define ZT_SOCK_F_FD_UNKNOWN 0x04 /* TLS: no fd known for this SSL* yet (fd is -1) */
 #define ZT_SOCK_F_TCP_SEQ    0x08 /* tcp_seq holds the TCP sequence number of the first byte */
+#define ZT_SOCK_F_WAITED     0x10 /* waited_us holds how long the bytes waited before the read */
 
 /*
  * Bytes moved on a tracked socket by one syscall or one SSL_read/SSL_write.
@@ -109,7 +110,9 @@ _Static_assert(sizeof(struct zt_file_open_event) == 320,
  *       64   16 comm
  *       80    4 tcp_seq        with ZT_SOCK_F_TCP_SEQ: sequence number of the call's first
  *                              byte (syscalls: write_seq / copied_seq at entry)
- *       84    4 _pad
+ *       84    4 waited_us      with ZT_SOCK_F_WAITED (reads): microseconds from the socket's
+ *                              last received segment (tcp_sock.tcp_mstamp) to the call's
+ *                              entry: how long a request waited before a busy server read it
  *       88                     header total; payload follows
  */
 struct zt_sock_data_hdr {
@@ -129,7 +132,7 @@ struct zt_sock_data_hdr {
 	u32 payload_len;
 	char comm[ZT_COMM_LEN];
 	u32 tcp_seq;
-	u32 _pad;
+	u32 waited_us;
 };
 
 _Static_assert(sizeof(struct zt_sock_data_hdr) == 88,

@@ -469,3 +469,52 @@ def test_uvicorn_uvloop_server_and_httpx_client(probe: SocketProbe, tmp_path: Pa
     ]  # fmt: skip
     assert len(http_clients) == 7
     assert {s.op for s in http_clients} == {SockOp.SENDTO}  # httpx: socket.sendall -> sendto
+
+
+WAITING_SERVER = textwrap.dedent(
+    """
+    import socket, sys, time
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen()
+    print(srv.getsockname()[1], flush=True)
+    sys.stdin.readline()
+    client = socket.create_connection(srv.getsockname())
+    conn, _ = srv.accept()
+    client.sendall(b"GET /late HTTP/1.1\\r\\n\\r\\n")
+    time.sleep(0.3)  # a server busy elsewhere: the request waits in the socket
+    conn.recv(100)
+    print("done", flush=True)
+    """
+)
+
+
+def test_a_read_says_how_long_its_bytes_waited_in_the_socket() -> None:
+    """The request is sent, then read 300 ms later: the read's event carries that wait (from
+    the socket's last received segment), the send's none."""
+    probe = SocketProbe(BPF_DIR, tls=False, follow=True)
+    probe.attach()
+    app = _popen(WAITING_SERVER)
+    try:
+        _line(app)
+        probe.follow_pid(app.pid)
+        assert app.stdin
+        app.stdin.write("go\n")
+        app.stdin.flush()
+        assert _line(app) == "done\n"
+        samples = _poll_until(probe, lambda s: any(_is_late_read(x) for x in s))
+    finally:
+        _reap(app)
+        probe.close()
+    [read] = [s for s in samples if _is_late_read(s)]
+    assert read.waited_us is not None and 280_000 <= read.waited_us <= 600_000, read.waited_us
+    sends = [
+        s for s in samples if isinstance(s, SocketDataSample) and s.direction == Direction.EGRESS
+    ]
+    assert sends and all(s.waited_us is None for s in sends)
+
+
+def _is_late_read(sample: SocketSample) -> bool:
+    return (
+        isinstance(sample, SocketDataSample)
+        and sample.direction == Direction.INGRESS
+        and sample.payload.startswith(b"GET /late")
+    )

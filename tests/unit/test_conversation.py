@@ -371,3 +371,18 @@ def test_any_records_never_raise(records: list[tuple[str, bytes, int]]) -> None:
         conv.feed(sock(direction, payload, i, size=len(payload) + extra % 3 * extra))
         assert conv.buffered_bytes() <= conv.max_buffered_bytes()
     conv.close("connection closed")
+
+
+def test_a_server_times_a_request_from_when_it_arrived_not_from_its_read() -> None:
+    """A busy server reads a request late (its event loop waited for a CPU): the probe's
+    waited_ns moves the exchange's start back to the arrival, where the client's TTFT starts."""
+    conv, _ = conversation()
+    request = {**sock("INGRESS", GET, 50_000), "waited_ns": 30_000}  # read at 50 us
+    [ex] = feed(conv, request, sock("EGRESS", OK, 90_000))
+    assert conv.observation_point == "SERVER"
+    assert ex.start_ns == request["start_ns"] - 30_000
+    client, _ = conversation()
+    [seen] = feed(
+        client, sock("EGRESS", GET, 1_000), {**sock("INGRESS", OK, 9_000), "waited_ns": 5}
+    )
+    assert seen.start_ns == 1_000  # a client's own times are its truth: no wait applies

@@ -49,6 +49,7 @@ def test_data_records_as_seen_from_the_client_socket(codec: AvroCodec) -> None:
         "payload": b"GET /",
         "payload_truncated": False,
         "tcp_seq": 101,
+        "waited_ns": None,
         "local_addr": "10.0.0.1",
         "local_port": 40000,
         "remote_addr": "10.0.0.2",

@@ -51,13 +51,14 @@ def data_event(
     payload_len: int | None = None,
     comm: bytes = b"python3\0\0\0\0\0\0\0\0\0",
     tcp_seq: int = 0,
+    waited_us: int = 0,
 ) -> bytes:
     """Independent encoder mirroring struct zt_sock_data_hdr field by field."""
     plen = len(payload) if payload_len is None else payload_len
     head = b"".join(
         [u(tag, 4), u(11, 4), u(12, 4), u(fd, 4, True), u(99, 8), u(start, 8), u(end, 8),
          u(ret, 8, True), u(500, 8), bytes([direction, source, op, flags]), u(plen, 4), comm,
-         u(tcp_seq, 4), b"\0" * 4]
+         u(tcp_seq, 4), u(waited_us, 4)]
     )  # fmt: skip
     assert len(head) == 88
     return head + payload
@@ -86,6 +87,11 @@ def test_tcp_seq_only_with_its_flag() -> None:
     assert with_seq.tcp_seq == 0xFFFF_FFF0
     # Without the flag the field is whatever the probe left there: not a sequence number.
     assert decode_socket_data(data_event(tcp_seq=1234)).tcp_seq is None
+
+
+def test_the_wait_before_a_read_only_with_its_flag() -> None:
+    assert decode_socket_data(data_event(flags=0x10, waited_us=25_000)).waited_us == 25_000
+    assert decode_socket_data(data_event(waited_us=25_000)).waited_us is None
 
 
 def test_data_event_decodes_every_field() -> None:

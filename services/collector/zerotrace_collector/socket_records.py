@@ -66,6 +66,7 @@ def socket_data_record(
         "payload": sample.payload,
         "payload_truncated": sample.truncated,
         "tcp_seq": sample.tcp_seq,
+        "waited_ns": None if sample.waited_us is None else sample.waited_us * 1000,
         **_endpoints(endpoints),
     }
 

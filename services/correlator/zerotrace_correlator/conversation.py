@@ -197,6 +197,8 @@ class Conversation:
         parser = self._requests if requests else self._responses
         if requests and not parser.in_message:
             self._origin = _origin_of(record)
+            if self.observation_point == SERVER:
+                t = _arrived(record, t)
         handle = self._on_request_event if requests else self._on_response_event
         events = parser.skip(lost, t, _unseen(lost)) if lost else []
         for event in events + parser.feed(payload, t) + parser.skip(missing, t):
@@ -437,3 +439,13 @@ class Conversation:
 
 def _origin_of(record: Mapping[str, Any]) -> dict[str, Any]:
     return {key: record[key] for key in ORIGIN_FIELDS if key in record}
+
+
+def _arrived(record: Mapping[str, Any], read_ns: int) -> int:
+    """When a request a server read had arrived: a busy server reads it late, and its client's
+    time to first token counts that wait. The probe's waited_ns runs from the socket's last
+    segment (received or sent), so it never makes the wait longer than it was."""
+    waited = record.get("waited_ns")
+    if waited is None or waited <= 0:
+        return read_ns
+    return min(read_ns, int(record["start_ns"]) - int(waited))

@@ -86,6 +86,7 @@ def socket_data_records(
                 "payload": payload,
                 "payload_truncated": bool(piece.gap),
                 "tcp_seq": (piece.seq + at) % (1 << 32),
+                "waited_ns": None,  # a capture sees no socket
                 **_addresses(piece.flow),
             },
         )

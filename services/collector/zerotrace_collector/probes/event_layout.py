@@ -40,6 +40,7 @@ __all__ = [
     "F_FD_GUESSED",
     "F_FD_UNKNOWN",
     "F_TCP_SEQ",
+    "F_WAITED",
     "MAX_TRAILING",
     "PATH_MAX",
     "PY_STACK_HEAD",
@@ -133,6 +134,8 @@ F_FD_UNKNOWN: Final = 0x04
 """TLS: no fd known for this SSL* (``fd`` is -1)."""
 F_TCP_SEQ: Final = 0x08
 """``tcp_seq`` is the TCP sequence number of the call's first byte."""
+F_WAITED: Final = 0x10
+"""``waited_us`` is how long the bytes of a read waited in the socket before the call."""
 
 
 class ConnKind(IntEnum):

@@ -92,6 +92,7 @@ TCP_SEQ_MEMBERS: Final = (
     ("ZT_OFF_SOCKET_SK", "socket", "sk"),
     ("ZT_OFF_TCP_WRITE_SEQ", "tcp_sock", "write_seq"),
     ("ZT_OFF_TCP_COPIED_SEQ", "tcp_sock", "copied_seq"),
+    ("ZT_OFF_TCP_MSTAMP", "tcp_sock", "tcp_mstamp"),
 )
 
 

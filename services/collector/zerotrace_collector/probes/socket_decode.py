@@ -13,7 +13,8 @@ leading u32 type tag:
      16    8 u64 cgroup_id     59    1 u8  flags
      24    8 u64 start_ns      60    4 u32 payload_len
      32    8 u64 end_ns        64   16 char comm[16]
-     40    8 s64 ret           80    4 u32 tcp_seq (with F_TCP_SEQ), 84 pad
+     40    8 s64 ret           80    4 u32 tcp_seq (with F_TCP_SEQ)
+                                 84    4 u32 waited_us (with F_WAITED)
                                88      payload
 
 ``struct zt_sock_conn_event`` (112 bytes)::
@@ -38,6 +39,7 @@ from .event_layout import (
     F_FD_GUESSED,
     F_FD_UNKNOWN,
     F_TCP_SEQ,
+    F_WAITED,
     MAX_TRAILING,
     ZT_EVENT_SOCK_CONN,
     ZT_EVENT_SOCK_DATA,
@@ -63,9 +65,9 @@ __all__ = [
     "parse_sockaddr",
 ]
 
-_KNOWN_FLAGS: Final = F_CIPHERTEXT | F_FD_GUESSED | F_FD_UNKNOWN | F_TCP_SEQ
+_KNOWN_FLAGS: Final = F_CIPHERTEXT | F_FD_GUESSED | F_FD_UNKNOWN | F_TCP_SEQ | F_WAITED
 
-DATA_HEADER: Final = struct.Struct(f"<IIIiQQQqQBBBBI{COMM_LEN}sI4x")
+DATA_HEADER: Final = struct.Struct(f"<IIIiQQQqQBBBBI{COMM_LEN}sII")
 DATA_HEADER_SIZE: Final = DATA_HEADER.size
 CONN_EVENT: Final = struct.Struct(f"<IIIiQQQqQIHH{COMM_LEN}s28s4x")
 CONN_EVENT_SIZE: Final = CONN_EVENT.size
@@ -101,6 +103,9 @@ class SocketDataSample:
     """The first ``min(bytes, capture size)`` bytes; empty for ciphertext events."""
     tcp_seq: int | None = None
     """TCP sequence number of the first byte, where the probe could read it (syscalls)."""
+    waited_us: int | None = None
+    """Reads: microseconds from the socket's last received segment to the call's entry (how
+    long a request waited for a busy server to read it), where the probe could read it."""
 
     @property
     def truncated(self) -> bool:
@@ -187,6 +192,7 @@ def decode_socket_data(buf: RawEvent) -> SocketDataSample:
         payload_len,
         comm_raw,
         tcp_seq,
+        waited_us,
     ) = DATA_HEADER.unpack_from(buf, 0)
     if tag != ZT_EVENT_SOCK_DATA:
         raise MalformedEvent(f"wrong event type tag {tag}, expected {ZT_EVENT_SOCK_DATA}")
@@ -217,6 +223,7 @@ def decode_socket_data(buf: RawEvent) -> SocketDataSample:
         comm=_comm(comm_raw),
         payload=bytes(buf[DATA_HEADER_SIZE:end]),
         tcp_seq=tcp_seq if flags & F_TCP_SEQ else None,
+        waited_us=waited_us if flags & F_WAITED else None,
     )
 
 
