@@ -210,11 +210,13 @@ static __always_inline int zt_wanted(u32 tgid, u32 tid)
 	return 1;
 }
 
-static __always_inline void zt_announce(u32 tgid, u32 reason)
+static __always_inline int zt_announce(u32 tgid, u32 reason)
 {
 	struct zt_process_news news = {ZT_EVENT_PROCESS_NEWS, tgid, reason, 0};
-	if (zt_profile_news.ringbuf_output(&news, sizeof(news), BPF_RB_FORCE_WAKEUP) != 0)
-		zt_count(ZT_STAT_NEWS_LOST);
+	if (zt_profile_news.ringbuf_output(&news, sizeof(news), BPF_RB_FORCE_WAKEUP) == 0)
+		return 0;
+	zt_count(ZT_STAT_NEWS_LOST);
+	return -1;
 }
 
 /* Announce a process at its first sample or switch-out (once until its leader exits). */
@@ -224,7 +226,8 @@ static __always_inline void zt_first_seen(u32 tgid)
 		return;
 	u8 one = 1;
 	zt_seen.update(&tgid, &one);
-	zt_announce(tgid, ZT_NEWS_FIRST_SEEN);
+	if (zt_announce(tgid, ZT_NEWS_FIRST_SEEN) != 0)
+		zt_seen.delete(&tgid); /* announced at its next sample instead */
 }
 
 /* Fill everything but type, weight and ts from the current task (must be the profiled one). */

@@ -417,9 +417,11 @@ static __always_inline int zt_read_ptr(u64 *out, u64 base, u64 offset)
  * and the sequence number is then off, not the bytes. 0 when any link is missing or the
  * fd is not a socket (its socket->file does not point back at the file).
  */
-/* The TCP sequence number of the call's first byte; for a read also the socket's
- * tcp_mstamp (us of CLOCK_MONOTONIC: its most recent segment, sent or received), from which
- * the caller knows how long the data waited to be read. */
+/* The TCP sequence number of the call's first byte; for a read whose bytes are already
+ * queued (rcv_nxt past copied_seq) also the socket's tcp_mstamp (us of CLOCK_MONOTONIC: its
+ * most recent segment, sent or received), from which the caller knows how long they waited.
+ * A read entered on an empty socket (a blocking server waiting for the next request) gets no
+ * mstamp: its bytes come during the call, and its end is their time. */
 static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u32 *seq, u64 *mstamp_us)
 {
 	u64 task = bpf_get_current_task();
@@ -435,9 +437,14 @@ static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u32 *seq, u64 *mstam
 	    !zt_read_ptr(&sk, sock, ZT_OFF_SOCKET_SK))
 		return 0;
 	u64 off = direction == ZT_DIR_EGRESS ? ZT_OFF_TCP_WRITE_SEQ : ZT_OFF_TCP_COPIED_SEQ;
-	if (direction == ZT_DIR_INGRESS)
+	if (bpf_probe_read_kernel(seq, sizeof(*seq), (void *)(sk + off)) != 0)
+		return 0;
+	u32 rcv_nxt = 0;
+	if (direction == ZT_DIR_INGRESS &&
+	    bpf_probe_read_kernel(&rcv_nxt, sizeof(rcv_nxt), (void *)(sk + ZT_OFF_TCP_RCV_NXT)) == 0 &&
+	    rcv_nxt != *seq)
 		bpf_probe_read_kernel(mstamp_us, sizeof(*mstamp_us), (void *)(sk + ZT_OFF_TCP_MSTAMP));
-	return bpf_probe_read_kernel(seq, sizeof(*seq), (void *)(sk + off)) == 0;
+	return 1;
 }
 #else
 static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u32 *seq, u64 *mstamp_us)

@@ -10,6 +10,7 @@ import argparse
 
 from zerotrace import settings
 from zerotrace.cpu_budget import CpuBudget, apply_cpu_budget
+from zerotrace.errors import ConfigError
 from zerotrace_cli.common import say
 
 
@@ -30,14 +31,20 @@ def _cores(text: str) -> float:
         cores = float(text)
     except ValueError:
         cores = -1.0
-    if not cores >= 0:  # also refuses nan
+    if not 0 <= cores < float("inf"):  # also refuses nan
         raise argparse.ArgumentTypeError(f"a number of cores >= 0, like 0.5, not {text!r}")
     return cores
 
 
 def hold_budget(args: argparse.Namespace, common: settings.CommonSettings) -> CpuBudget:
     """Apply the option (else the setting) to this process and say how it is held."""
-    cores = common.cpu_budget if args.cpu_budget is None else args.cpu_budget
+    if args.cpu_budget is not None:
+        cores = args.cpu_budget
+    else:
+        try:
+            cores = _cores(str(common.cpu_budget))
+        except argparse.ArgumentTypeError as exc:
+            raise ConfigError(f"ZEROTRACE_CPU_BUDGET: {exc}") from None
     budget = apply_cpu_budget(cores)
     say(budget.note)
     return budget

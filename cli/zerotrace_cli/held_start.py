@@ -13,7 +13,8 @@ import os
 import subprocess
 
 _WAITER_FD = 3
-_WAIT_THEN_EXEC = 'read -r _ <&3; exec 3<&-; exec "$@"'
+# No line (zerotrace died before releasing it): exit, rather than run the command unobserved.
+_WAIT_THEN_EXEC = 'read -r _ <&3 || exit 1; exec 3<&-; exec "$@"'
 
 
 class HeldCommand:

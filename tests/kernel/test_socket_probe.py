@@ -476,7 +476,7 @@ def test_uvicorn_uvloop_server_and_httpx_client(probe: SocketProbe, tmp_path: Pa
 
 WAITING_SERVER = textwrap.dedent(
     """
-    import socket, sys, time
+    import socket, sys, threading, time
     srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen()
     print(srv.getsockname()[1], flush=True)
     sys.stdin.readline()
@@ -485,6 +485,12 @@ WAITING_SERVER = textwrap.dedent(
     client.sendall(b"GET /late HTTP/1.1\\r\\n\\r\\n")
     time.sleep(0.3)  # a server busy elsewhere: the request waits in the socket
     conn.recv(100)
+    # A blocking server: in its read before the next request comes, which waits for nothing.
+    reader = threading.Thread(target=conn.recv, args=(100,))
+    reader.start()
+    time.sleep(0.2)
+    client.sendall(b"GET /idle HTTP/1.1\\r\\n\\r\\n")
+    reader.join()
     print("done", flush=True)
     """
 )
@@ -492,7 +498,8 @@ WAITING_SERVER = textwrap.dedent(
 
 def test_a_read_says_how_long_its_bytes_waited_in_the_socket() -> None:
     """The request is sent, then read 300 ms later: the read's event carries that wait (from
-    the socket's last received segment), the send's none."""
+    the socket's last segment); a read entered before its bytes came (a blocking server idle
+    between requests) and the sends carry none."""
     probe = SocketProbe(BPF_DIR, tls=False, follow=True)
     probe.attach()
     app = _popen(WAITING_SERVER)
@@ -503,21 +510,23 @@ def test_a_read_says_how_long_its_bytes_waited_in_the_socket() -> None:
         app.stdin.write("go\n")
         app.stdin.flush()
         assert _line(app) == "done\n"
-        samples = _poll_until(probe, lambda s: any(_is_late_read(x) for x in s))
+        samples = _poll_until(probe, lambda s: any(_is_read(x, b"GET /idle") for x in s))
     finally:
         _reap(app)
         probe.close()
-    [read] = [s for s in samples if isinstance(s, SocketDataSample) and _is_late_read(s)]
+    [read] = [s for s in samples if isinstance(s, SocketDataSample) and _is_read(s, b"GET /late")]
     assert read.waited_us is not None and 280_000 <= read.waited_us <= 600_000, read.waited_us
+    [idle] = [s for s in samples if isinstance(s, SocketDataSample) and _is_read(s, b"GET /idle")]
+    assert idle.waited_us is None, idle.waited_us
     sends = [
         s for s in samples if isinstance(s, SocketDataSample) and s.direction == Direction.EGRESS
     ]
     assert sends and all(s.waited_us is None for s in sends)
 
 
-def _is_late_read(sample: SocketSample) -> bool:
+def _is_read(sample: SocketSample, start: bytes) -> bool:
     return (
         isinstance(sample, SocketDataSample)
         and sample.direction == Direction.INGRESS
-        and sample.payload.startswith(b"GET /late")
+        and sample.payload.startswith(start)
     )

@@ -10,6 +10,7 @@ import pytest
 
 from zerotrace import settings
 from zerotrace.cpu_budget import CpuBudget
+from zerotrace.errors import ConfigError
 from zerotrace_cli import budget_args
 
 pytestmark = pytest.mark.unit
@@ -50,3 +51,10 @@ def test_a_budget_is_a_number_of_cores(capsys: pytest.CaptureFixture[str]) -> No
         with pytest.raises(SystemExit):
             parse("--cpu-budget", wrong)
     assert "a number of cores >= 0, like 0.5, not 'lots'" in capsys.readouterr().err
+
+
+def test_a_bad_setting_is_one_clear_error_not_a_traceback() -> None:
+    for wrong in ("-1", "inf", "nan"):
+        common = settings.load(settings.CommonSettings, {"ZEROTRACE_CPU_BUDGET": wrong})
+        with pytest.raises(ConfigError, match=r"^ZEROTRACE_CPU_BUDGET: a number of cores >= 0"):
+            budget_args.hold_budget(parse(), common)

@@ -91,7 +91,6 @@ class ProfileFeed:
         # pid -> (executable, when inspected, when the executable was last looked at)
         self._seen: dict[int, tuple[str, float, float]] = {}
         self._gone: dict[int, float] = {}  # pid -> when its exit was noticed
-        self._news_waiting = False
         self._swept_at = clock()
         self._containers = ContainerIds()
         # Merged frames by everything they are made of: a busy program repeats a few stacks
@@ -106,8 +105,8 @@ class ProfileFeed:
 
     @property
     def behind(self) -> bool:
-        """The last poll found much waiting in the ring, or processes to look at."""
-        return self.probe.backlog or self._news_waiting
+        """The last poll found an eighth of the ring or more waiting."""
+        return self.probe.backlog
 
     def attach(self) -> None:
         self.probe.attach()
@@ -160,7 +159,8 @@ class ProfileFeed:
         return found
 
     def _forget(self, pid: int) -> None:
-        self._stacks.clear()
+        if pid in self._procs:  # (an exec of a pid never seen leaves the named stacks be)
+            self._stacks.clear()
         self._gone.pop(pid, None)
         self._procs.pop(pid, None)
         self._seen.pop(pid, None)
@@ -295,9 +295,7 @@ class ProfileFeed:
 
     def poll(self, timeout_ms: int) -> list[RawRecord]:
         samples = self.probe.poll(timeout_ms)
-        news = self.probe.take_news()
-        self._news_waiting = bool(news)
-        self.take_news(news)
+        self.take_news(self.probe.take_news())
         for pid in {s.pid for s in samples}:
             self.python_process(pid)
         for sample in samples:  # Python code objects first, while their processes live

@@ -136,6 +136,7 @@ class ProfileProbe(AttachedProbe):
         """Compile and attach; raise :class:`ProbeUnavailable` with one line on any failure."""
         if self._bpf is not None:
             return
+        self._taken = 0  # a new program's ring: its flow counts start at 0
         tracepoints = [("sched", "sched_process_exec"), ("sched", "sched_process_exit")]
         if self.off_cpu:
             tracepoints.append(("sched", "sched_switch"))

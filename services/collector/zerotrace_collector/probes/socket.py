@@ -93,6 +93,7 @@ TCP_SEQ_MEMBERS: Final = (
     ("ZT_OFF_TCP_WRITE_SEQ", "tcp_sock", "write_seq"),
     ("ZT_OFF_TCP_COPIED_SEQ", "tcp_sock", "copied_seq"),
     ("ZT_OFF_TCP_MSTAMP", "tcp_sock", "tcp_mstamp"),
+    ("ZT_OFF_TCP_RCV_NXT", "tcp_sock", "rcv_nxt"),
 )
 
 
@@ -270,6 +271,7 @@ class SocketProbe(AttachedProbe):
         """
         if self._bpf is not None:
             return
+        self._taken = 0  # a new program's ring: its flow counts start at 0
         bpf_class = bcc_for(
             "socket probe",
             [
