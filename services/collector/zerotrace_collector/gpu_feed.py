@@ -201,6 +201,10 @@ class GpuFeed:
         for pid in {c.pid for c in calls} - self.probe.python.keys() - self._not_python:
             if self.probe.learn_python(pid) is None:
                 self._not_python.add(pid)
+        for call in calls:  # Python code objects first, while their processes live
+            proc = self.probe.python.get(call.pid)
+            if proc is not None and call.py_frames:
+                self._py.read_ahead(proc, call.py_frames)
         out = []
         for call in calls:
             datum = gpu_api_record(
