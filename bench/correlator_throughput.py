@@ -3,9 +3,10 @@
 Synthetic but realistic input: OpenAI-compatible streaming conversations as the socket probe
 records them from a client (one request write, then one read per SSE chunk of a chunked
 response), many connections interleaved. Measures CPU time of this process (so the figure is
-per core and a busy neighbour does not change it much), for two stages: the HTTP/SSE/LLM
-correlation alone, and the whole step (Avro decode of the raw record, correlation, Avro
-encode of the derived records).
+per core and a busy neighbour does not change it much): each stage per event (Avro decode
+of the SocketBatch records the collector publishes, the HTTP/SSE/LLM correlation, Avro
+encode of the derived records), then the whole step (CorrelatorStep.process) over batches
+and over one SocketData record per event, as captures publish them.
 
 Run: .venv/bin/python -m bench.correlator_throughput [--streams 400 --tokens 64]
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from zerotrace import names
@@ -23,6 +24,7 @@ from zerotrace.bus import Message
 from zerotrace.codec import AvroCodec
 from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir
+from zerotrace.socket_batch import socket_batch_of, socket_data_of
 from zerotrace_correlator.http_llm_step import HttpLlmCorrelator
 from zerotrace_correlator.pipeline import CorrelatorStep
 
@@ -102,8 +104,42 @@ def workload(streams: int, tokens: int) -> list[dict[str, Any]]:
     return out
 
 
+def batched(records: list[dict[str, Any]], per_poll: int) -> list[dict[str, Any]]:
+    """SocketBatch records as the collector publishes them: the records of each *per_poll*
+    window (one poll of its ring) grouped by connection, in order."""
+    out = []
+    for at in range(0, len(records), per_poll):
+        by_conn: dict[str, list[dict[str, Any]]] = {}
+        for record in records[at : at + per_poll]:
+            by_conn.setdefault(record["conn_id"], []).append(record)
+        out += [socket_batch_of(calls) for calls in by_conn.values()]
+    return out
+
+
 def cpu_rate(events: int, seconds: float) -> float:
     return events / seconds if seconds > 0 else float("inf")
+
+
+def timed(work: Callable[[], object]) -> float:
+    start = time.process_time()
+    work()
+    return time.process_time() - start
+
+
+def whole_step(codec: AvroCodec, values: list[tuple[str, dict[str, Any]]]) -> float:
+    """CPU seconds of CorrelatorStep over the records, encoded first (not timed)."""
+    messages = [
+        Message(names.RAW_SOCKET.name, 0, i, None, codec.encode(record, datum), 0)
+        for i, (record, datum) in enumerate(values)
+    ]
+    step = CorrelatorStep(codec)
+
+    def run() -> None:
+        for message in messages:
+            step.process(message)
+        step.flush()
+
+    return timed(run)
 
 
 def main() -> None:
@@ -112,42 +148,47 @@ def main() -> None:
     )
     parser.add_argument("--streams", type=int, default=400)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument(
+        "--per-poll", type=int, default=2000, help="raw events per collector poll (default 2000)"
+    )
     args = parser.parse_args()
     records = workload(args.streams, args.tokens)
+    n = len(records)
+    codec = AvroCodec(load_schema_dir(), InMemorySchemaRegistry())
+    singles = [(names.RAW_SOCKET.record, r) for r in records]
+    batches = [(names.SOCKET_BATCH_RECORD, b) for b in batched(records, args.per_poll)]
+    values = [codec.encode(record, datum) for record, datum in batches]
 
     correlator = HttpLlmCorrelator()
-    start = time.process_time()
-    derived = 0
-    for record in records:
-        derived += len(correlator.feed_socket(record))
-    derived += len(correlator.flush())
-    pure_s = time.process_time() - start
-    llm = args.streams
-    assert derived >= llm, f"expected at least {llm} derived records, got {derived}"
+    derived: list[tuple[str, dict[str, Any]]] = []
 
-    codec = AvroCodec(load_schema_dir(), InMemorySchemaRegistry())
-    messages = [
-        Message(names.RAW_SOCKET.name, 0, i, None, codec.encode(names.RAW_SOCKET.record, r), 0)
-        for i, r in enumerate(records)
-    ]
-    step = CorrelatorStep(codec)
-    start = time.process_time()
-    for message in messages:
-        step.process(message)
-    step.flush()
-    step_s = time.process_time() - start
+    def correlate() -> None:
+        for record in records:
+            derived.extend(correlator.feed_socket(record))
+        derived.extend(correlator.flush())
 
-    print(
-        f"input: {len(records)} raw socket events, {args.streams} streams of {args.tokens} tokens"
+    stages = {
+        "decode (Avro SocketBatch -> SocketData records)": timed(
+            lambda: [socket_data_of(codec.decode(v)[1]) for v in values]
+        ),
+        "correlate (HttpLlmCorrelator)": timed(correlate),
+    }
+    assert len(derived) >= args.streams, f"expected >= {args.streams} records, got {len(derived)}"
+    stages["encode (Avro derived records)"] = timed(
+        lambda: [codec.encode(record, datum) for record, datum in derived]
     )
-    print(
-        f"correlation only (HttpLlmCorrelator): {cpu_rate(len(records), pure_s):,.0f} "
-        f"events/s per core"
-    )
-    print(
-        f"whole step (Avro decode + correlate + encode): "
-        f"{cpu_rate(len(records), step_s):,.0f} events/s per core"
-    )
+    print(f"input: {n} raw socket events, {args.streams} streams of {args.tokens} tokens")
+    print(f"  in {len(batches)} SocketBatch records ({n / len(batches):.1f} events each)")
+    for stage, seconds in stages.items():
+        print(f"stage {stage}: {seconds / n * 1e6:.2f} us/event")
+    for name, step_s in (
+        (
+            "whole step, SocketBatch records (what the collector publishes)",
+            whole_step(codec, batches),
+        ),
+        ("whole step, one SocketData record per event (captures)", whole_step(codec, singles)),
+    ):
+        print(f"{name}: {cpu_rate(n, step_s):,.0f} events/s per core")
 
 
 if __name__ == "__main__":

@@ -130,7 +130,8 @@ def _publish(
     spooled = producer.spooled
     kept = f" ({spooled} on disk in {producer.spool_folder}: sent next run)" if spooled else ""
     say(
-        f"published {col.published} records, {pending} unacknowledged{kept}, "
+        f"published {col.published} records ({col.events} events), "
+        f"{pending} unacknowledged{kept}, "
         f"{producer.failed} failed"
     )
     for line in status.report():
@@ -158,15 +159,15 @@ class _Status:
         now = self._cost.snapshot()
         self._due = now.wall_s + self._every  # after a stall, one line, not a burst
         interval = now.since(self._mark)
-        rate = per_second(self._col.published - self._published, interval.wall_s)
-        self._mark, self._published = now, self._col.published
+        rate = per_second(self._col.events - self._published, interval.wall_s)
+        self._mark, self._published = now, self._col.events
         line = cost_line(interval, self._budget, [("published", rate)], label="status")
         say("; ".join([line, *feed_lines(self._col.counters())]))
 
     def report(self) -> list[str]:
         """Each feed's losses, then the run's own cost."""
         total = self._cost.snapshot()
-        rate = per_second(self._col.published, total.wall_s)
+        rate = per_second(self._col.events, total.wall_s)
         own = cost_line(total, self._budget, [("published", rate)], label="own cost")
         return [*feed_lines(self._col.counters()), own]
 

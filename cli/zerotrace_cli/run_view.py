@@ -57,7 +57,7 @@ def feed_lines(counters: Mapping[str, int]) -> list[str]:
     out = []
     for feed, counts in by_feed(counters).items():
         if feed == COLLECTOR:
-            shown = [(k, v) for k, v in counts.items() if v and k != "published"]
+            shown = [(k, v) for k, v in counts.items() if v and k not in ("published", "events")]
         else:
             shown = [(k, counts.get(k, 0)) for k in ALWAYS_SHOWN]
             shown += [(k, v) for k, v in counts.items() if v and k not in ALWAYS_SHOWN]
@@ -112,8 +112,9 @@ class Summary:
         """counters: the collector's (a line per feed, losses always shown); correlator: the
         HTTP/LLM correlation's counters (http_counters.py), limits hit and connections given
         up among them, so "no LLM traffic" and "traffic we could not read" look different;
-        cost: what zerotrace itself took, with its *budget*; events in are the records the
-        collector published, out the *indexed* documents."""
+        cost: what zerotrace itself took, with its *budget*; events in are the raw events
+        the collector published (a SocketBatch record carries many), out the *indexed*
+        documents."""
         kinds = ", ".join(f"{kind} {n}" for kind, n in self.by_kind.most_common())
         out = [
             f"summary: {self.spans} spans ({kinds or 'none'}; {self.errors} failed), "
@@ -132,7 +133,7 @@ class Summary:
             )
             out.append(f"  profiles: {kinds}; see /flamegraph or `zerotrace profile`")
         if cost is not None:
-            rates = _rates(cost, counters.get("published", 0), indexed)
+            rates = _rates(cost, counters.get("events", 0), indexed)
             out.append("  " + cost_line(cost, budget, [("in", rates[0]), ("out", rates[1])]))
         if self.llm:
             out += ["", render_llm_view(self.llm, rows=20)]
@@ -150,7 +151,7 @@ class Summary:
     ) -> dict[str, Any]:
         """The summary as a JSON object (`zerotrace run --summary-json`), for benchmarks:
         the same numbers as :meth:`lines`, the collector's counters as {feed: {name: n}}."""
-        events_in, events_out = _rates(cost, counters.get("published", 0), indexed)
+        events_in, events_out = _rates(cost, counters.get("events", 0), indexed)
         return {
             "spans": self.spans,
             "failed_spans": self.errors,

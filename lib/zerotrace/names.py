@@ -25,6 +25,10 @@ class Topic:
 
 # Raw topics are the source of truth and are kept long enough to replay a post-mortem.
 RAW_SOCKET = Topic("raw.socket", "zerotrace.raw.SocketData", "conn", 6, 7 * DAY_MS)
+# raw.socket carries two records, told apart by the writer schema each message names: the
+# eBPF collector's SocketBatch (one connection's calls of one poll, connection fields once)
+# and the captures' SocketData (one call). A reader takes both (zerotrace.socket_batch).
+SOCKET_BATCH_RECORD = "zerotrace.raw.SocketBatch"
 RAW_CONN = Topic("raw.conn", "zerotrace.raw.ConnEvent", "conn", 6, 7 * DAY_MS)
 RAW_FILEIO = Topic("raw.fileio", "zerotrace.raw.FileIO", "pid", 6, 7 * DAY_MS)
 RAW_STACK = Topic("raw.stack", "zerotrace.raw.StackSample", "pid", 6, 7 * DAY_MS)

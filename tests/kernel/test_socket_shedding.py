@@ -29,6 +29,7 @@ from tests.ebpf_required import require_ebpf
 require_ebpf("syscalls/sys_enter_sendmsg")
 
 from zerotrace import names  # noqa: E402
+from zerotrace.socket_batch import socket_data_of  # noqa: E402
 from zerotrace_collector.feeds import RawRecord, SocketFeed  # noqa: E402
 from zerotrace_collector.probes import socket as socket_probe  # noqa: E402
 from zerotrace_collector.probes.socket import SocketProbe  # noqa: E402
@@ -129,9 +130,12 @@ def observe(ringbuf_pages: int, read_wave_2: bool) -> tuple[list[dict[str, Any]]
     for record in records:
         if record.topic == names.RAW_CONN.name:
             out = correlator.feed_conn(record.datum)
+            out += correlator.advance(record.datum["ts_ns"])
         else:
-            out = correlator.feed_socket(record.datum)
-        out += correlator.advance(record.datum.get("ts_ns") or record.datum["end_ns"])
+            out = []
+            for call in socket_data_of(record.datum):
+                out += correlator.feed_socket(call)
+                out += correlator.advance(call["end_ns"])
         spans += [datum for schema, datum in out if schema == names.DERIVED_SPAN.record]
     spans += [datum for schema, datum in correlator.flush() if schema == names.DERIVED_SPAN.record]
     return spans, counters, correlator.counters

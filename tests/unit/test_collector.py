@@ -229,6 +229,7 @@ def test_counters_merge_the_loop_and_every_feed_under_its_name() -> None:
     collector.pump(0)
     assert collector.counters() == {
         "published": 1,
+        "events": 1,
         "backpressure": 1,
         "file-open.lost": 4,
         "file-open.malformed": 2,

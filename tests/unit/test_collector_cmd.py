@@ -121,7 +121,7 @@ def test_the_loop_publishes_until_its_duration_and_reports(
     ]
     assert feed.closed
     published, losses, own = capsys.readouterr().err.splitlines()
-    assert published == "zerotrace: published 3 records, 0 unacknowledged, 0 failed"
+    assert published == "zerotrace: published 3 records (3 events), 0 unacknowledged, 0 failed"
     assert losses == "zerotrace: file-open: lost 0, shed 0"  # the zeros shown, not left out
     assert re.fullmatch(
         r"zerotrace: own cost: \d+\.\d s CPU over 0\.\d s \(\d+\.\d\d core\)"
@@ -164,11 +164,11 @@ def test_the_status_line_covers_the_interval_since_the_last(tmp_path: Path) -> N
         status.tick()  # not due: nothing read, nothing said
         (tmp_path / "stat").write_text(stat.format(u=150))
         now[0] = 10.0
-        col.published = 2500
+        col.events = 2500
         status.tick()
         (tmp_path / "stat").write_text(stat.format(u=160))
         now[0] = 25.0
-        col.published = 4000
+        col.events = 4000
         status.tick()
     assert said == [
         "status: 0.5 s CPU over 10.0 s (0.05 core), RSS 100 MiB (peak 200 MiB); "

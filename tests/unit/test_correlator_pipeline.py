@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.unit.http_wire import CHAT_PATH, chat_delta, chunk, close, post, sock, sse
 from zerotrace import names
 from zerotrace.bus import Message
 from zerotrace.clock import ManualClock
 from zerotrace.codec import AvroCodec
+from zerotrace.socket_batch import socket_batch_of, socket_data_of
 from zerotrace_correlator.fileio_spans import file_open_span
 from zerotrace_correlator.pipeline import CorrelatorStep
 
@@ -94,3 +96,35 @@ def test_tick_moves_time_only_on_a_quiet_input(codec: AvroCodec) -> None:
     clock.advance(TICK_LAG_NS)
     step.tick(clock.now_ns())
     assert step._event_time_ns == clock.now_ns() - TICK_LAG_NS
+
+
+def test_a_socket_batch_derives_what_its_calls_would_one_by_one(codec: AvroCodec) -> None:
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    wire = [post(CHAT_PATH, {"model": "m", "stream": True}), head]
+    wire += [chunk(sse(chat_delta(f"t{i}"))) for i in range(3)]
+    wire += [chunk(sse(chat_delta("", finish="stop"))), chunk(sse("[DONE]")), b"0\r\n\r\n"]
+    calls = [
+        sock("EGRESS" if i == 0 else "INGRESS", piece, 1_000_000 * (i + 1))
+        for i, piece in enumerate(wire)
+    ]
+    batch = socket_batch_of(calls)
+    singles = socket_data_of(batch)  # the same calls, with the ids a batch's calls get
+
+    def derived(values: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+        step = CorrelatorStep(codec)
+        outputs = []
+        for offset, (record, datum) in enumerate(values):
+            outputs += step.process(message(codec.encode(record, datum), offset))
+        outputs += step.flush()
+        return [codec.decode(out.value) for out in outputs]
+
+    end = (names.RAW_CONN.record, close(20_000_000))
+    one_by_one = derived([*[(names.RAW_SOCKET.record, s) for s in singles], end])
+    batched = derived([(names.SOCKET_BATCH_RECORD, batch), end])
+    assert [record for record, _ in batched] == [
+        names.DERIVED_SPAN.record,
+        names.DERIVED_LLM.record,
+    ]
+    assert batched == one_by_one

@@ -15,6 +15,7 @@ from tests.unit.test_collector_records import SAMPLE
 from tests.unit.test_socket_records import ENDS, conn, data
 from zerotrace import names
 from zerotrace.codec import AvroCodec
+from zerotrace.socket_batch import socket_data_of
 from zerotrace_collector import feeds as feeds_module
 from zerotrace_collector.cgroup import container_id_of
 from zerotrace_collector.feeds import FileOpenFeed, RawRecord, SocketFeed
@@ -92,23 +93,30 @@ def test_file_opens_go_to_raw_fileio_keyed_by_pid(containers: list[int], codec: 
 def test_socket_samples_go_to_their_topics_keyed_by_connection(
     containers: list[int], codec: AvroCodec
 ) -> None:
-    connect, sent = conn(ConnKind.CONNECT), data()
-    probe = Probe([connect, sent, data(pid=20), conn(ConnKind.CLOSE)], follow=True)
+    connect, sent, other = conn(ConnKind.CONNECT), data(), data(pid=20)
+    probe = Probe([connect, sent, other, conn(ConnKind.CLOSE)], follow=True)
     feed = SocketFeed(probe, "node-a", OFFSET)  # type: ignore[arg-type]
     assert (feed.name, feed.follows) == ("socket", True)
     records = list(feed.poll(0))
-    assert [r.topic for r in records] == [
-        names.RAW_CONN.name,
-        names.RAW_SOCKET.name,
-        names.RAW_SOCKET.name,
-        names.RAW_CONN.name,
+    # The closing connection's calls go out before its close; the other's at the end.
+    assert [(r.topic, r.record) for r in records] == [
+        (names.RAW_CONN.name, names.RAW_CONN.record),
+        (names.RAW_SOCKET.name, names.SOCKET_BATCH_RECORD),
+        (names.RAW_CONN.name, names.RAW_CONN.record),
+        (names.RAW_SOCKET.name, names.SOCKET_BATCH_RECORD),
     ]
     assert records[0].datum == conn_event_record(connect, "node-a", OFFSET, None, ENDS)
-    assert records[1].datum == socket_data_record(sent, "node-a", OFFSET, None, ENDS)
+    assert socket_data_of(records[1].datum) == [
+        socket_data_record(sent, "node-a", OFFSET, None, ENDS)
+    ]
+    assert socket_data_of(records[3].datum) == [
+        socket_data_record(other, "node-a", OFFSET, None, ENDS)
+    ]
+    assert [r.events for r in records] == [1, 1, 1, 1]
     for record in records:
         assert record.key == str(record.datum["conn_id"]).encode()
         codec.encode(record.record, record.datum)
-    assert records[0].key == records[1].key == records[3].key != records[2].key
+    assert records[0].key == records[1].key == records[2].key != records[3].key
     assert containers == [10, 20]  # once per pid
     assert feed.counters() == {
         "lost": 3,
@@ -121,8 +129,43 @@ def test_socket_samples_go_to_their_topics_keyed_by_connection(
     }
 
 
-def test_a_socket_poll_hands_records_over_one_at_a_time(containers: list[int]) -> None:
-    probe = Probe([data(), data()])
+def test_a_connections_calls_of_one_poll_share_a_record_in_order(
+    containers: list[int], codec: AvroCodec
+) -> None:
+    calls = [
+        data(start_mono_ns=100 + i, end_mono_ns=100 + i)
+        for i in range(feeds_module.BATCH_CALLS + 3)
+    ]
+    renamed = dataclasses.replace(calls[1], comm="worker-2")  # another thread's name
+    probe = Probe([calls[0], renamed, *calls[2:]])
+    records = list(SocketFeed(probe, "node-a", OFFSET).poll(0))  # type: ignore[arg-type]
+    # Bounded: BATCH_CALLS, then the rest; the other comm has a batch of its own (opened
+    # before the rest's, so it goes out first).
+    assert [r.events for r in records] == [feeds_module.BATCH_CALLS, 1, 2]
+    assert [len(r.datum["calls"]["tid"]) for r in records] == [r.events for r in records]
+    got = [
+        call
+        for r in records
+        for call in socket_data_of(codec.decode(codec.encode(r.record, r.datum))[1])
+    ]
+    sent = [calls[0], renamed, *calls[2:]]
+    assert sorted(got, key=lambda c: c["start_ns"]) == [
+        socket_data_record(s, "node-a", OFFSET, None, ENDS) for s in sent
+    ]
+    assert [c["start_ns"] for c in socket_data_of(records[2].datum)] == [
+        OFFSET + 100 + feeds_module.BATCH_CALLS + 1,
+        OFFSET + 100 + feeds_module.BATCH_CALLS + 2,
+    ]
+
+
+def test_a_batch_is_bounded_by_its_payload_bytes(containers: list[int]) -> None:
+    big = data(payload=b"x" * (feeds_module.BATCH_PAYLOAD_BYTES // 2))
+    records = list(SocketFeed(Probe([big, big, big]), "n", 0).poll(0))  # type: ignore[arg-type]
+    assert [r.events for r in records] == [2, 1]
+
+
+def test_a_socket_poll_hands_records_over_as_they_are_read(containers: list[int]) -> None:
+    probe = Probe([data(), data(pid=20)])
     feed = SocketFeed(probe, "node-a", OFFSET)  # type: ignore[arg-type]
     records = feed.poll(10)
     assert probe.timeouts == []  # a generator: the probe is polled when records are read

@@ -84,7 +84,7 @@ def test_counters_are_grouped_by_feed_the_collectors_own_apart() -> None:
 def test_the_summary_ends_with_what_zerotrace_itself_cost() -> None:
     cost = CostSnapshot(12.3, 60.0, 180 * MIB, 210 * MIB, start_cpu_s=2.0)
     budget = CpuBudget(0.5, "cgroup v1 cpu.cfs_quota_us", "")
-    counters = {"published": 74_064, "profile.lost": 0}
+    counters = {"published": 74_064, "events": 74_064, "profile.lost": 0}
     lines = Summary().lines(0, counters, {}, cost=cost, budget=budget, indexed=72_000)
     assert lines[1:] == [
         "  profile: lost 0, shed 0",
@@ -101,7 +101,14 @@ def test_the_summary_as_a_json_object() -> None:
     summary.add(names.INDEX_PROFILES, profile("ON_CPU", 120))
     summary.add(names.INDEX_PROFILES, profile("OFF_CPU", 3))
     cost = CostSnapshot(3.0, 10.0, 100 * MIB, 120 * MIB, start_cpu_s=1.5)
-    counters = {"published": 500, "backpressure": 0, "socket.lost": 2, "socket.shed": 0}
+    # 100 records carrying 500 events (SocketBatch records carry many): rates count events.
+    counters = {
+        "published": 100,
+        "events": 500,
+        "backpressure": 0,
+        "socket.lost": 2,
+        "socket.shed": 0,
+    }
     document = summary.document(
         1,
         counters,
@@ -118,7 +125,7 @@ def test_the_summary_as_a_json_object() -> None:
         "indexed": 400,
         "profile_samples": {"OFF_CPU": 3, "ON_CPU": 120},
         "counters": {
-            "collector": {"published": 500, "backpressure": 0},
+            "collector": {"published": 100, "events": 500, "backpressure": 0},
             "socket": {"lost": 2, "shed": 0},
         },
         "correlator": {"http.exchanges": 1},

@@ -10,10 +10,16 @@ import pytest
 from fastavro import parse_schema
 from fastavro.validation import validate
 
+from zerotrace.socket_batch import socket_data_of
 from zerotrace_collector.probes.event_layout import ConnKind, Direction, SockOp, Source
 from zerotrace_collector.probes.socket_decode import ConnSample, SocketDataSample
 from zerotrace_collector.proc_net import UNKNOWN, Endpoints
-from zerotrace_collector.socket_records import conn_event_record, conn_id, socket_data_record
+from zerotrace_collector.socket_records import (
+    conn_event_record,
+    conn_id,
+    socket_batch_record,
+    socket_data_record,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -90,3 +96,16 @@ def test_conn_event_record() -> None:
     close = conn_event_record(conn(ConnKind.CLOSE, 2_000, 2_100), "n", OFFSET, None, UNKNOWN)
     assert close["duration_ns"] == 0 and close["kind"] == "CLOSE"
     assert validate(close, schema("conn_event.avsc"), raise_errors=True)
+
+
+def test_a_batch_of_samples_reads_back_as_their_socket_data_records() -> None:
+    calls = [
+        data(),
+        data(tid=12, start_mono_ns=2_000, end_mono_ns=2_100, direction=Direction.INGRESS),
+        data(start_mono_ns=3_000, end_mono_ns=3_001, source=Source.TLS, nbytes=20, waited_us=7),
+    ]
+    batch = socket_batch_record(calls, "node-a", OFFSET, "ctr", ENDS)
+    assert batch["calls"]["tid"] == [11, 12, 11]
+    assert socket_data_of(batch) == [
+        socket_data_record(s, "node-a", OFFSET, "ctr", ENDS) for s in calls
+    ]

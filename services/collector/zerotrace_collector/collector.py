@@ -41,7 +41,8 @@ class Collector:
         self._producer = producer
         self._codec = codec
         self._keep = keep
-        self.published = 0
+        self.published = 0  # records (Kafka messages)
+        self.events = 0  # raw events in them: a SocketBatch carries many calls
         self.backpressure = 0
 
     def pump(self, timeout_ms: int = 100) -> int:
@@ -64,10 +65,15 @@ class Collector:
                         self._producer.flush(1.0)
                 published += 1
                 self.published += 1  # at once: a later record's failure must not hide it
+                self.events += raw.events
         return published
 
     def counters(self) -> dict[str, int]:
-        out = {"published": self.published, "backpressure": self.backpressure}
+        out = {
+            "published": self.published,
+            "events": self.events,
+            "backpressure": self.backpressure,
+        }
         for feed in self._feeds:
             for name, count in feed.counters().items():
                 out[f"{feed.name}.{name}"] = count

@@ -16,7 +16,7 @@ from zerotrace_collector.probes.fileio import FileOpenProbe
 from zerotrace_collector.probes.socket import SocketProbe
 from zerotrace_collector.probes.socket_decode import SocketDataSample
 from zerotrace_collector.records import file_open_record
-from zerotrace_collector.socket_records import conn_event_record, socket_data_record
+from zerotrace_collector.socket_records import conn_event_record, socket_batch_record
 
 
 @dataclass(frozen=True)
@@ -25,10 +25,33 @@ class RawRecord:
     key: bytes
     record: str  # Avro full name
     datum: dict[str, Any]
+    events: int = 1  # raw events it carries (a SocketBatch: its calls)
 
     @property
     def pid(self) -> int:
         return int(self.datum.get("pid") or 0)
+
+
+BATCH_CALLS = 256  # calls in one SocketBatch at most
+BATCH_PAYLOAD_BYTES = 256 * 1024  # payload bytes in one at most: far below Kafka's 1 MB
+
+
+class _Batch:
+    """Calls of one connection gathered during a poll."""
+
+    __slots__ = ("payload_bytes", "samples")
+
+    def __init__(self) -> None:
+        self.samples: list[SocketDataSample] = []
+        self.payload_bytes = 0
+
+    def add(self, sample: SocketDataSample) -> None:
+        self.samples.append(sample)
+        self.payload_bytes += len(sample.payload)
+
+    @property
+    def full(self) -> bool:
+        return len(self.samples) >= BATCH_CALLS or self.payload_bytes >= BATCH_PAYLOAD_BYTES
 
 
 class Feed(Protocol):
@@ -105,26 +128,56 @@ class SocketFeed:
         return self._containers[pid]
 
     def poll(self, timeout_ms: int) -> Iterator[RawRecord]:
-        """One record at a time, each sample let go once it is converted: a drained ring
-        buffer (16 MiB) is held once, not once as samples and once more as records."""
-        samples = self.probe.poll(timeout_ms)
-        samples.reverse()
-        while samples:
-            sample = samples.pop()
-            endpoints = self.probe.endpoints(sample)
-            container = self._container(sample.pid)
+        """A SocketBatch per connection (and thread name) and poll, bounded by BATCH_CALLS
+        and BATCH_PAYLOAD_BYTES, and a ConnEvent per connect/accept/close. A connection's
+        batch goes out before its ConnEvent, so a close never overtakes the calls before it;
+        the others go out at the end of the poll, oldest connection first."""
+        open_batches: dict[tuple[int, int, int, str], _Batch] = {}
+        for sample in self.probe.poll(timeout_ms):
             if isinstance(sample, SocketDataSample):
-                datum = socket_data_record(
-                    sample, self._node_id, self._offset_ns, container, endpoints
-                )
-                topic, record = names.RAW_SOCKET, names.RAW_SOCKET.record
-            else:
-                datum = conn_event_record(
-                    sample, self._node_id, self._offset_ns, container, endpoints
-                )
-                topic, record = names.RAW_CONN, names.RAW_CONN.record
-            # Keyed by connection: every event of a conversation meets on one partition.
-            yield RawRecord(topic.name, str(datum["conn_id"]).encode(), record, datum)
+                key = (sample.pid, sample.fd, sample.conn_start_ns, sample.comm)
+                batch = open_batches.get(key)
+                if batch is None:
+                    batch = open_batches[key] = _Batch()
+                batch.add(sample)
+                if batch.full:
+                    del open_batches[key]
+                    yield self._batch_record(batch.samples)
+                continue
+            for key in [
+                k for k in open_batches if k[:3] == (sample.pid, sample.fd, sample.conn_start_ns)
+            ]:
+                yield self._batch_record(open_batches.pop(key).samples)
+            datum = conn_event_record(
+                sample,
+                self._node_id,
+                self._offset_ns,
+                self._container(sample.pid),
+                self.probe.endpoints(sample),
+            )
+            yield RawRecord(
+                names.RAW_CONN.name, str(datum["conn_id"]).encode(), names.RAW_CONN.record, datum
+            )
+        for batch in open_batches.values():
+            yield self._batch_record(batch.samples)
+
+    def _batch_record(self, samples: list[SocketDataSample]) -> RawRecord:
+        first = samples[0]
+        datum = socket_batch_record(
+            samples,
+            self._node_id,
+            self._offset_ns,
+            self._container(first.pid),
+            self.probe.endpoints(first),
+        )
+        # Keyed by connection: every event of a conversation meets on one partition.
+        return RawRecord(
+            names.RAW_SOCKET.name,
+            str(datum["conn_id"]).encode(),
+            names.SOCKET_BATCH_RECORD,
+            datum,
+            events=len(samples),
+        )
 
     def counters(self) -> dict[str, int]:
         p = self.probe

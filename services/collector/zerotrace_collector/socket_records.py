@@ -1,4 +1,5 @@
-"""Socket-probe samples as raw records (pure): ``zerotrace.raw.SocketData`` and ``ConnEvent``.
+"""Socket-probe samples as raw records (pure): ``zerotrace.raw.SocketBatch`` (what the
+collector publishes), ``SocketData`` (one call) and ``ConnEvent``.
 
 Timestamps: add *mono_to_epoch_ns* (measured once by the collector) to the probe's
 CLOCK_MONOTONIC times, so a replay of the same samples gives the same records.
@@ -16,13 +17,20 @@ plaintext, the sequence numbers count ciphertext) and where the kernel has no BT
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from zerotrace_collector.probes.event_layout import Direction, Source
+from zerotrace.socket_batch import socket_event_id
 from zerotrace_collector.probes.socket_decode import ConnSample, SocketDataSample
 from zerotrace_collector.proc_net import Endpoints
 
-__all__ = ["conn_event_record", "conn_id", "socket_data_record"]
+__all__ = [
+    "conn_event_record",
+    "conn_id",
+    "socket_batch_record",
+    "socket_calls",
+    "socket_data_record",
+]
 
 
 def conn_id(node_id: str, pid: int, fd: int, conn_start_mono_ns: int, mono_to_epoch_ns: int) -> str:
@@ -38,6 +46,57 @@ def _endpoints(endpoints: Endpoints) -> dict[str, Any]:
     }
 
 
+def _connection(
+    sample: SocketDataSample,
+    node_id: str,
+    mono_to_epoch_ns: int,
+    container_id: str | None,
+    endpoints: Endpoints,
+) -> dict[str, Any]:
+    return {
+        "node_id": node_id,
+        "pid": sample.pid,
+        "process_name": sample.comm,
+        "container_id": container_id,
+        "conn_id": conn_id(node_id, sample.pid, sample.fd, sample.conn_start_ns, mono_to_epoch_ns),
+        "fd": sample.fd,
+        **_endpoints(endpoints),
+    }
+
+
+def socket_calls(
+    samples: Sequence[SocketDataSample], mono_to_epoch_ns: int
+) -> dict[str, list[Any]]:
+    """The calls' own fields as columns (zerotrace.raw.SocketCalls): entry i is call i."""
+    return {
+        "tid": [s.tid for s in samples],
+        "direction": [s.direction.name for s in samples],
+        "source": [s.source.name for s in samples],
+        "start_ns": [s.start_mono_ns + mono_to_epoch_ns for s in samples],
+        "end_ns": [s.end_mono_ns + mono_to_epoch_ns for s in samples],
+        "bytes": [s.nbytes for s in samples],
+        "payload": [s.payload for s in samples],
+        "payload_truncated": [len(s.payload) < s.nbytes for s in samples],
+        "tcp_seq": [s.tcp_seq for s in samples],
+        "waited_ns": [None if s.waited_us is None else s.waited_us * 1000 for s in samples],
+    }
+
+
+def socket_batch_record(
+    samples: Sequence[SocketDataSample],
+    node_id: str,
+    mono_to_epoch_ns: int,
+    container_id: str | None,
+    endpoints: Endpoints,
+) -> dict[str, Any]:
+    """zerotrace.raw.SocketBatch: *samples* are calls of one connection and one comm, in
+    order (the caller groups them); the connection's fields are taken from the first."""
+    return {
+        **_connection(samples[0], node_id, mono_to_epoch_ns, container_id, endpoints),
+        "calls": socket_calls(samples, mono_to_epoch_ns),
+    }
+
+
 def socket_data_record(
     sample: SocketDataSample,
     node_id: str,
@@ -45,29 +104,15 @@ def socket_data_record(
     container_id: str | None,
     endpoints: Endpoints,
 ) -> dict[str, Any]:
-    start_ns = sample.start_mono_ns + mono_to_epoch_ns
-    direction = "in" if sample.direction is Direction.INGRESS else "out"
-    if sample.source is Source.TLS:
-        direction = f"tls-{direction}"
+    """zerotrace.raw.SocketData: one call (what call i of a SocketBatch reads back as)."""
+    call = {name: column[0] for name, column in socket_calls([sample], mono_to_epoch_ns).items()}
+    event_id = socket_event_id(
+        node_id, sample.pid, sample.tid, call["start_ns"], call["direction"], call["source"]
+    )
     return {
-        "event_id": f"{node_id}/{sample.pid}/{sample.tid}/{start_ns}/{direction}",
-        "node_id": node_id,
-        "pid": sample.pid,
-        "tid": sample.tid,
-        "process_name": sample.comm,
-        "container_id": container_id,
-        "conn_id": conn_id(node_id, sample.pid, sample.fd, sample.conn_start_ns, mono_to_epoch_ns),
-        "fd": sample.fd,
-        "direction": sample.direction.name,
-        "source": sample.source.name,
-        "start_ns": start_ns,
-        "end_ns": sample.end_mono_ns + mono_to_epoch_ns,
-        "bytes": sample.nbytes,
-        "payload": sample.payload,
-        "payload_truncated": sample.truncated,
-        "tcp_seq": sample.tcp_seq,
-        "waited_ns": None if sample.waited_us is None else sample.waited_us * 1000,
-        **_endpoints(endpoints),
+        "event_id": event_id,
+        **_connection(sample, node_id, mono_to_epoch_ns, container_id, endpoints),
+        **call,
     }
 
 

@@ -18,6 +18,7 @@ from zerotrace.bus import Message
 from zerotrace.codec import AvroCodec
 from zerotrace.deadletter import dead_letter
 from zerotrace.errors import PoisonInput
+from zerotrace.socket_batch import socket_data_of
 from zerotrace.step import Held, Output, StepCounters
 from zerotrace_correlator.fileio_spans import file_open_span
 from zerotrace_correlator.http_llm_step import HttpLlmCorrelator
@@ -117,7 +118,12 @@ class CorrelatorStep:
             span = file_open_span(datum)
             value = self._codec.encode(names.DERIVED_SPAN.record, span)
             return [Output(names.DERIVED_SPAN.name, span["trace_id"].encode(), value)]
-        if record == names.RAW_SOCKET.record:
+        if record == names.SOCKET_BATCH_RECORD:
+            derived = []
+            for call in socket_data_of(datum):
+                derived += self.http.feed_socket(call)
+                derived += self._advance(int(call["end_ns"]), source)
+        elif record == names.RAW_SOCKET.record:
             derived = self.http.feed_socket(datum)
             derived += self._advance(int(datum["end_ns"]), source)
         elif record == names.RAW_CONN.record:
