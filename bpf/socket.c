@@ -535,6 +535,8 @@ static __always_inline int zt_data_exit(s64 ret, u8 direction, int vector)
 	struct zt_sys_call st = {};
 	bpf_probe_read_kernel(&st, sizeof(st), c);
 	zt_socket_inflight.delete(&tid);
+	if (st.op < ZT_OP_READ || st.op > ZT_OP_SENDMSG)
+		return 0; /* a connect/accept/close/socket state whose exit was not seen */
 	if (ret <= 0)
 		return 0; /* EAGAIN, error, or EOF: no bytes moved */
 	int copy = (st.flags & ZT_SOCK_F_CIPHERTEXT) ? 0 : (vector ? 2 : 1);
@@ -665,14 +667,20 @@ static __always_inline int zt_conn_enter(s64 fd, u64 uaddr, u16 family)
 	return 0;
 }
 
-static __always_inline struct zt_sys_call *zt_conn_exit_state(u32 tid, struct zt_sys_call *st)
+/* The thread's in-flight state, taken out of the map, if the call it was stored for is of
+ * the kind *op* names: 0 for connect/accept/close, ZT_CALL_SOCKET for socket(). A state
+ * whose exit was never seen (its exit tracepoint attached a moment after its entry one, or
+ * a data call's entry that stored it) must not be read as another call's: it once made a
+ * data event with op 0xff out of a socket() state. */
+static __always_inline struct zt_sys_call *zt_conn_exit_state(u32 tid, struct zt_sys_call *st,
+							      u8 op)
 {
 	struct zt_sys_call *c = zt_socket_inflight.lookup(&tid);
 	if (!c)
 		return 0;
 	bpf_probe_read_kernel(st, sizeof(*st), c);
 	zt_socket_inflight.delete(&tid);
-	return st;
+	return st->op == op ? st : 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_connect)
@@ -698,7 +706,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_connect)
 	u32 tgid = id >> 32;
 	u32 tid = (u32)id;
 	struct zt_sys_call st;
-	if (!zt_conn_exit_state(tid, &st))
+	if (!zt_conn_exit_state(tid, &st, 0))
 		return 0;
 	s64 ret = args->ret;
 	/* Non-blocking connects (asyncio, httpx, uvloop) return -EINPROGRESS: track them. */
@@ -730,7 +738,7 @@ static __always_inline int zt_accept_exit(s64 ret)
 	u32 tgid = id >> 32;
 	u32 tid = (u32)id;
 	struct zt_sys_call st;
-	if (!zt_conn_exit_state(tid, &st))
+	if (!zt_conn_exit_state(tid, &st, 0))
 		return 0;
 	if (ret < 0)
 		return 0;
@@ -781,13 +789,14 @@ TRACEPOINT_PROBE(syscalls, sys_exit_close)
 	u32 tgid = id >> 32;
 	u32 tid = (u32)id;
 	struct zt_sys_call st;
-	if (!zt_conn_exit_state(tid, &st))
+	if (!zt_conn_exit_state(tid, &st, 0))
 		return 0;
 	zt_emit_conn(tgid, tid, &st, args->ret, ZT_CONN_CLOSE, st.conn_start_ns, st.family);
 	return 0;
 }
 
 /* socket(): remember the family, so accept() knows an AF_UNIX listener. */
+#define ZT_CALL_SOCKET 0xff /* the op of a socket() state: no ZT_OP_* is this */
 TRACEPOINT_PROBE(syscalls, sys_enter_socket)
 {
 	u64 id = bpf_get_current_pid_tgid();
@@ -802,7 +811,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_socket)
 	__builtin_memset(c, 0, sizeof(*c));
 	/* Only TCP-capable sockets keep their family; 0 = "known, not interesting" (UDP, ...). */
 	c->family = (args->type & 0xf) == ZT_SOCK_STREAM ? (u16)args->family : 0;
-	c->op = 0xff; /* marks "inside socket()" */
+	c->op = ZT_CALL_SOCKET; /* marks "inside socket()" */
 	if (zt_socket_inflight.update(&tid, c) != 0)
 		zt_stat_inc(ZT_STAT_INFLIGHT_FULL);
 	return 0;
@@ -814,9 +823,9 @@ TRACEPOINT_PROBE(syscalls, sys_exit_socket)
 	u32 tgid = id >> 32;
 	u32 tid = (u32)id;
 	struct zt_sys_call st;
-	if (!zt_conn_exit_state(tid, &st))
+	if (!zt_conn_exit_state(tid, &st, ZT_CALL_SOCKET))
 		return 0;
-	if (st.op != 0xff || args->ret < 0)
+	if (args->ret < 0)
 		return 0;
 	struct zt_sock_key key = {.pid = tgid, .fd = (s32)args->ret};
 	u16 family = st.family;
