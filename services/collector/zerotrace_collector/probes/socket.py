@@ -5,6 +5,9 @@ module compiles, attaches, polls, resolves endpoints once per connection, applie
 user-space filters (port, non-TCP fds, TLS ciphertext) and tears down. bcc is imported
 lazily in :meth:`SocketProbe.attach`.
 
+The event ring is read through its memory map (:mod:`.ring_reader`), a batch per poll, not
+through a libbpf callback per event; a kernel that cannot map it falls back to libbpf.
+
 TLS ciphertext: once a socket is seen under an SSL call, the kernel marks its syscall
 events ``ciphertext`` (no payload copied). :meth:`poll` drops them unless
 ``keep_ciphertext=True``, counting them in :attr:`SocketProbe.ciphertext_dropped`.
@@ -32,8 +35,9 @@ from .bcc_loader import (
     first_line,
     read_program,
 )
-from .event_layout import DEFAULT_PAYLOAD_MAX, ConnKind
+from .event_layout import DEFAULT_PAYLOAD_MAX, ConnKind, RawEvent
 from .kernel_btf import VMLINUX, offset_cflags
+from .ring_reader import RingReader
 from .socket_decode import (
     ConnSample,
     SocketDataSample,
@@ -48,7 +52,7 @@ PROGRAM_FILE: Final = "socket.c"
 TLS_PROGRAM_FILE: Final = "tls.c"
 EVENTS_MAP: Final = b"zt_socket_events"
 STATS_MAP: Final = b"zt_socket_stats"
-# Event bytes one poll takes from the ring at most (see _on_ring_event).
+# Event bytes one poll takes from the ring at most (see _read_ring).
 POLL_BYTES: Final = 4 * 1024 * 1024
 SOCKETS_MAP: Final = b"zt_socket_fds"
 FAMILY_MAP: Final = b"zt_socket_family"
@@ -215,6 +219,7 @@ class SocketProbe(AttachedProbe):
         """CLOSE events made for connections of processes that exited."""
         """(pid, fd) entries written from /proc at attach."""
         self._bpf: Any = None
+        self._reader: RingReader | None = None  # None: libbpf's callbacks read the ring
         self._pending: list[SocketSample] = []
         self._poll_budget = POLL_BYTES
         # True when the last poll left events in the ring (it took POLL_BYTES): the reader is
@@ -288,7 +293,7 @@ class SocketProbe(AttachedProbe):
                 self.notes.append("libssl not found: TLS capture off, syscall capture on")
         bpf = compile_program(bpf_class, self._source(), self.cflags(), self.source_path)
         try:
-            bpf[EVENTS_MAP].open_ring_buffer(self._on_ring_event)
+            self._reader = self._open_ring(bpf[EVENTS_MAP])
         except Exception as exc:
             bpf.cleanup()
             raise ProbeUnavailable(f"opening {EVENTS_MAP.decode()} failed: {exc}") from exc
@@ -296,6 +301,19 @@ class SocketProbe(AttachedProbe):
         self.tls_active = self._tls_enabled() and self._attach_tls(bpf)
         if self.seed_from_proc:
             self._seed()
+
+    def _open_ring(self, events: Any) -> RingReader | None:
+        """Map the event ring (max_entries: its data bytes, ZT_RINGBUF_PAGES pages), or, where
+        the kernel will not map it, read it through libbpf (one callback per event)."""
+        try:
+            return RingReader(events.map_fd, int(events.max_entries))
+        except (OSError, ValueError) as exc:
+            self.notes.append(
+                f"ring buffer not mappable ({first_line(exc, 120)}): events read through "
+                "libbpf, one callback each"
+            )
+        events.open_ring_buffer(self._on_ring_event)
+        return None
 
     def _attach_tls(self, bpf: Any) -> bool:
         assert self.libssl is not None
@@ -325,6 +343,9 @@ class SocketProbe(AttachedProbe):
         self._lost_at_close = self.lost
         self._shed_at_close = (self.conns_shed, self.calls_shed)
         bpf, self._bpf = self._bpf, None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         bpf.cleanup()
 
     # -- tracked sockets -----------------------------------------------------
@@ -429,13 +450,42 @@ class SocketProbe(AttachedProbe):
 
     # -- events --------------------------------------------------------------
 
+    def _read_ring(self, reader: RingReader, timeout_ms: int) -> None:
+        """One batch from the mapped ring, decoded and filtered. Once a poll has taken
+        POLL_BYTES the rest waits in the ring for the next poll, after what was taken went
+        through the pipeline: a full 16 MiB ring is never all in memory at once (a batch's
+        raw copies are, with its samples, until this returns). The record that crosses the
+        budget is taken; none is lost at the edge: the consumer position moves past the
+        records taken only."""
+        batch = reader.poll(timeout_ms, POLL_BYTES)
+        self.backlog = batch.budget_spent
+        self._taken += batch.taken  # payload bytes, as zt_offered counts them
+        if batch.corrupt:
+            self.malformed += 1
+            self.last_malformed = "ring record longer than the ring holds: the rest skipped"
+        self._take(batch.records)
+
+    def _take(self, records: list[RawEvent]) -> None:
+        """Decode each record and keep those that pass the filters. The hot loop: the
+        callables it calls are bound once."""
+        keep, pending = self._keep, self._pending
+        for record in records:
+            try:
+                sample = decode_socket_event(record)
+            except MalformedEvent as exc:
+                self.malformed += 1
+                self.last_malformed = str(exc)
+                continue
+            if keep(sample):
+                pending.append(sample)
+
     def _on_ring_event(self, _ctx: Any, data: int, size: int) -> int:
-        # Decoded at once: the event's buffer (up to the payload cap) is dropped here, so a
-        # drained ring costs its samples' memory once, not twice. Once a poll has taken
-        # POLL_BYTES it stops (a negative return ends libbpf's loop), and the rest waits in
-        # the ring for the next poll, after what was taken went through the pipeline: a full
-        # 16 MiB ring is never all in memory at once. libbpf has already consumed the event
-        # it hands to this callback, whatever it returns, so that event is kept first.
+        # The libbpf path, where the ring cannot be mapped (see _open_ring). Decoded at once:
+        # the event's buffer (up to the payload cap) is dropped here, so a drained ring costs
+        # its samples' memory once, not twice. Once a poll has taken POLL_BYTES it stops (a
+        # negative return ends libbpf's loop), and the rest waits in the ring for the next
+        # poll. libbpf has already consumed the event it hands to this callback, whatever it
+        # returns, so that event is kept first.
         self._taken += size
         try:
             sample = decode_socket_event(ctypes.string_at(data, size))
@@ -459,11 +509,10 @@ class SocketProbe(AttachedProbe):
         """
         if self._bpf is None:
             raise RuntimeError("poll() before attach()")
-        self._poll_budget = POLL_BYTES
-        self.backlog = False
-        self._bpf.ring_buffer_poll(timeout=timeout_ms)
-        if self._poll_budget > 0:
-            self._bpf.ring_buffer_consume()  # what came without a wake-up (see socket.c)
+        if self._reader is not None:
+            self._read_ring(self._reader, timeout_ms)
+        else:
+            self._poll_libbpf(timeout_ms)
         flow = self._bpf[FLOW_MAP]
         flow[flow.Key(FLOW_TAKEN)] = flow.Leaf(self._taken)
         out, self._pending = self._pending, []
@@ -472,6 +521,13 @@ class SocketProbe(AttachedProbe):
             self._last_sweep = now
             out += self.sweep()
         return out
+
+    def _poll_libbpf(self, timeout_ms: int) -> None:
+        self._poll_budget = POLL_BYTES
+        self.backlog = False
+        self._bpf.ring_buffer_poll(timeout=timeout_ms)
+        if self._poll_budget > 0:
+            self._bpf.ring_buffer_consume()  # what came without a wake-up (see socket.c)
 
     def _keep(self, sample: SocketSample) -> bool:
         if isinstance(sample, SocketDataSample):

@@ -1,0 +1,259 @@
+"""The collector's cost per socket event, stage by stage: ring -> decode -> record -> encode ->
+produce, as batches (what it does) and one record per event (what it did), in one run.
+
+No kernel here: the events are the socket probe's own binary records (bpf/socket.c's
+zt_sock_data_hdr + payload) laid out in a ring image as the kernel lays them out (8-byte
+headers, 8-byte alignment, the data area twice), so every stage runs the collector's real
+code on them:
+
+- ring: probes/ring_reader.walk over the image, a poll's worth at a time;
+- decode: probes/socket_decode.decode_socket_event on each record;
+- record: feeds.SocketFeed.poll (SocketBatch per connection and poll) over a probe that hands
+  it the decoded samples; baseline: socket_records.socket_data_record per event;
+- encode: AvroCodec.encode of each record;
+- produce: the collector's producer (SpoolingProducer over KafkaProducer) to the real Kafka
+  with acknowledgements, flushed at the end (timed), or the in-memory bus with --no-kafka.
+
+The workload: --connections keep-alive connections, each a small HTTP/1.1 request written
+and a response read in turn, interleaved in time as many connections in flight are. Figures
+are CPU time of this process per event (so per core; a busy neighbour changes them little),
+and events/s per core for the whole chain. Start Kafka first (`zerotrace infra up --only
+kafka`).
+
+Run: .venv/bin/python -m bench.collector_stages [--events 200000 --per-poll 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from zerotrace import names
+from zerotrace.bus import Producer
+from zerotrace.bus_memory import InMemoryBroker
+from zerotrace.codec import AvroCodec
+from zerotrace.schema_registry import InMemorySchemaRegistry
+from zerotrace.schemas import load_schema_dir
+from zerotrace_collector.feeds import RawRecord, SocketFeed
+from zerotrace_collector.probes.event_layout import Direction, SockOp, Source
+from zerotrace_collector.probes.ring_reader import walk
+from zerotrace_collector.probes.socket_decode import (
+    DATA_HEADER,
+    SocketDataSample,
+    decode_socket_event,
+)
+from zerotrace_collector.proc_net import Endpoints
+from zerotrace_collector.socket_records import socket_data_record
+
+EVENTS_PER_CORE_TARGET = 100_000
+NODE = "bench-node"
+OFFSET_NS = 1_700_000_000_000_000_000
+ENDS = Endpoints("127.0.0.1", 8000, "127.0.0.1", 41000)
+REQUEST = b"GET /api/items/42 HTTP/1.1\r\nHost: bench\r\nConnection: keep-alive\r\n\r\n"
+RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n"
+RESPONSE += b'{"item": 42}\r\n\r\n'
+
+
+# -- the input: the probe's records, and a ring image holding them --------------------------------
+
+
+def probe_records(events: int, connections: int) -> Iterator[bytes]:
+    """zt_sock_data_hdr + payload, as socket.c writes them: a request written, a response
+    read, on each connection in turn."""
+    comm = b"server".ljust(16, b"\0")
+    for i in range(events):
+        conn, turn = i % connections, i // connections
+        egress = turn % 2 == 0
+        payload = REQUEST if egress else RESPONSE
+        start = 1_000_000 + i * 10_000
+        yield (
+            DATA_HEADER.pack(
+                2,  # ZT_EVENT_SOCK_DATA
+                4000,
+                4000 + conn % 8,
+                100 + conn,
+                1,
+                start,
+                start + 3_000,
+                len(payload),
+                500 + conn,
+                Direction.EGRESS if egress else Direction.INGRESS,
+                Source.SYSCALL,
+                SockOp.WRITE if egress else SockOp.READ,
+                0,
+                len(payload),
+                comm,
+                0,
+                0,
+            )
+            + payload
+        )
+
+
+def ring_image(records: Sequence[bytes]) -> tuple[memoryview, int, int]:
+    """(data area mapped twice, mask, producer position) holding *records* from position 0."""
+    body = bytearray()
+    for record in records:
+        body += len(record).to_bytes(4, "little") + bytes(4)
+        body += record + bytes(-len(record) % 8)
+    size = 1 << max(12, (len(body) - 1).bit_length())
+    area = bytearray(size)
+    area[: len(body)] = body
+    return memoryview(bytes(area + area)), size - 1, len(body)
+
+
+# -- stages ------------------------------------------------------------------------------------
+
+
+class _Probe:
+    """What SocketFeed asks of its probe: one poll's samples, and their endpoints."""
+
+    def __init__(self) -> None:
+        self.follow = False
+        self.samples: list[SocketDataSample] = []
+
+    def poll(self, _timeout_ms: int) -> list[SocketDataSample]:
+        out, self.samples = self.samples, []
+        return out
+
+    def endpoints(self, _sample: Any) -> Endpoints:
+        return ENDS
+
+
+def timed(work: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.process_time()
+    result = work()
+    return time.process_time() - start, result
+
+
+def read_ring(image: memoryview, mask: int, producer: int, per_poll_bytes: int) -> list[bytes]:
+    """Every record, a poll's budget at a time; each copied out as decoding would."""
+    out: list[bytes] = []
+    consumer = 0
+    while consumer < producer:
+        batch = walk(image, mask, consumer, producer, per_poll_bytes)
+        out += [bytes(r) for r in batch.records]
+        consumer = batch.consumer
+    return out
+
+
+def batched_records(samples: list[SocketDataSample], per_poll: int) -> list[RawRecord]:
+    probe = _Probe()
+    feed = SocketFeed(probe, NODE, OFFSET_NS)  # type: ignore[arg-type]
+    feed._containers = {4000: None}
+    out: list[RawRecord] = []
+    for at in range(0, len(samples), per_poll):
+        probe.samples = samples[at : at + per_poll]
+        out += feed.poll(0)
+    return out
+
+
+def single_records(samples: list[SocketDataSample]) -> list[RawRecord]:
+    return [
+        RawRecord(
+            names.RAW_SOCKET.name,
+            b"k",
+            names.RAW_SOCKET.record,
+            socket_data_record(s, NODE, OFFSET_NS, None, ENDS),
+        )
+        for s in samples
+    ]
+
+
+def produce(producer: Producer, records: list[RawRecord], values: list[bytes]) -> int:
+    for raw, value in zip(records, values, strict=True):
+        producer.produce(raw.topic, raw.key, value)
+    return producer.flush(60)
+
+
+def make_producer(kafka: str | None) -> tuple[Producer, str]:
+    if kafka is None:
+        broker = InMemoryBroker()
+        broker.ensure_topics()
+        return broker.producer(), "in-memory bus"
+    from zerotrace.bus_kafka import KafkaBus, check_reachable
+
+    check_reachable(kafka)  # one line if Kafka is away: start it, or pass --no-kafka
+    bus = KafkaBus(kafka)
+    bus.ensure_topics()
+    return bus.producer(), f"Kafka at {kafka}, acks=all"
+
+
+def chain(
+    name: str,
+    samples: list[SocketDataSample],
+    to_records: Callable[[], list[RawRecord]],
+    codec: AvroCodec,
+    producer: Producer,
+) -> dict[str, float]:
+    """CPU seconds of record, encode and produce for one way of publishing *samples*."""
+    record_s, records = timed(to_records)
+    events = sum(r.events for r in records)
+    assert events == len(samples), f"{name}: {events} events in the records, not {len(samples)}"
+    encode_s, values = timed(lambda: [codec.encode(r.record, r.datum) for r in records])
+    produce_s, pending = timed(lambda: produce(producer, records, values))
+    assert pending == 0, f"{name}: {pending} messages not acknowledged"
+    size = sum(len(v) for v in values)
+    print(
+        f"{name}: {len(records):,} Kafka messages ({len(samples) / len(records):.1f} events "
+        f"each), {size / len(samples):.0f} bytes per event before compression"
+    )
+    return {"record": record_s, "encode": encode_s, "produce": produce_s}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--events", type=int, default=200_000, help="socket events (200000)")
+    parser.add_argument("--connections", type=int, default=64, help="connections (64)")
+    parser.add_argument(
+        "--per-poll", type=int, default=2000, help="events a collector poll takes (2000)"
+    )
+    parser.add_argument("--kafka", default="127.0.0.1:9092", help="bootstrap (127.0.0.1:9092)")
+    parser.add_argument("--no-kafka", action="store_true", help="produce to the in-memory bus")
+    args = parser.parse_args(argv)
+    records = list(probe_records(args.events, args.connections))
+    image, mask, producer_pos = ring_image(records)
+    per_poll_bytes = sum(len(r) for r in records[: args.per_poll])
+    n = len(records)
+    codec = AvroCodec(load_schema_dir(), InMemorySchemaRegistry())
+    producer, where = make_producer(None if args.no_kafka else args.kafka)
+    print(f"{n:,} socket events on {args.connections} connections, {args.per_poll} per poll")
+    print(f"produce: {where}")
+
+    ring_s, raw = timed(lambda: read_ring(image, mask, producer_pos, per_poll_bytes))
+    assert len(raw) == n and raw[0] == records[0], "the ring walk lost records"
+    decode_s, samples = timed(lambda: [decode_socket_event(r) for r in raw])
+    common = {"ring": ring_s, "decode": decode_s}
+    ways = {
+        "batches (SocketBatch)": chain(
+            "batches", samples, lambda: batched_records(samples, args.per_poll), codec, producer
+        ),
+        "one record per event (SocketData)": chain(
+            "singles", samples, lambda: single_records(samples), codec, producer
+        ),
+    }
+    producer.close()
+    stages = ["ring", "decode", "record", "encode", "produce"]
+    print("stage   " + "".join(f"{way:>36}" for way in ways) + "   (us per event)")
+    for stage in stages:
+        cells = [common.get(stage, way.get(stage, 0.0)) / n * 1e6 for way in ways.values()]
+        print(f"{stage:8}" + "".join(f"{cell:36.2f}" for cell in cells))
+    totals = {name: sum({**common, **way}.values()) for name, way in ways.items()}
+    for name, total in totals.items():
+        rate = n / total if total > 0 else float("inf")
+        verdict = "PASS" if rate >= EVENTS_PER_CORE_TARGET else "MISS"
+        print(
+            f"whole chain, {name}: {total / n * 1e6:.2f} us per event, {rate:,.0f} events/s "
+            f"per core (target >= {EVENTS_PER_CORE_TARGET:,}): {verdict}"
+        )
+    [batches, singles] = totals.values()
+    print(f"batches cost {batches / singles:.2f} x what one record per event costs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
