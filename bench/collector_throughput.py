@@ -151,11 +151,19 @@ class RawExchanges:
     them in order. An exchange is whole when its request and all of its answer are there
     (no tcp_seq gap inside the answer), half when only a part is: a request without its
     answer, an answer without its request, or an answer with bytes missing. An exchange of
-    which nothing came is neither: missing."""
+    which nothing came is neither: missing. The exchange in progress on a connection the
+    collector shed (raw.conn SHED: nothing of it after that) is cut, not half: the correlator
+    drops it (http.exchanges.shed), so no span is half an exchange."""
 
     whole: int = 0
     half: int = 0
+    cut: int = 0
     _ends: dict[str, _End] = field(default_factory=dict)
+    _shed: set[str] = field(default_factory=set)
+
+    def shed(self, conn_id: str) -> None:
+        """The collector shed this connection: its last exchange may be cut short."""
+        self._shed.add(conn_id)
 
     def feed(self, record: Mapping[str, Any]) -> None:
         end = self._ends.setdefault(str(record["conn_id"]), _End())
@@ -182,7 +190,11 @@ class RawExchanges:
             end.state, end.intact, end.finished = "answer", False, payload.endswith(SSE_END)
 
     def finish(self) -> None:
-        for end in self._ends.values():
+        for conn_id, end in self._ends.items():
+            complete = end.state == "answer" and end.intact and end.finished
+            if conn_id in self._shed and end.state is not None and not complete:
+                self.cut += 1
+                end.state = None
             self._close(end)
 
     def _close(self, end: _End) -> None:
@@ -210,6 +222,7 @@ class Phase:
     in_kafka: int  # raw events found in Kafka between the collector's start and exit
     whole: int  # exchanges recorded whole, all ends
     half: int  # exchanges recorded in part
+    cut: int = 0  # exchanges in progress when their connection was shed (dropped downstream)
 
     @property
     def exchanges_made(self) -> int:
@@ -261,15 +274,16 @@ def rate_verdicts(p: Phase) -> list[str]:
 
 
 def exchange_verdict(p: Phase) -> str:
-    """Every exchange recorded, or what was shed counted by whole connection: never half."""
-    missing = max(0, p.exchanges_made - p.whole - p.half)
+    """Every exchange recorded, or what was shed counted by whole connection: never half.
+    An exchange a shed cut short is not half (the correlator drops it), but counted."""
+    missing = max(0, p.exchanges_made - p.whole - p.half - p.cut)
     shed = p.report.shed_connections
     ok = p.half == 0 and (p.whole >= p.exchanges_made or shed > 0)
     return (
         f"{p.name}: exchanges recorded whole {p.whole:,} of {p.exchanges_made:,} "
-        f"({p.requests:,} requests x {p.ends} ends), in part {p.half:,}, missing "
-        f"{missing:,}; connections shed: {shed:,} (target: all whole, or shed by whole "
-        f"connection, none in part): {mark(ok)}"
+        f"({p.requests:,} requests x {p.ends} ends), in part {p.half:,}, cut by a shed "
+        f"{p.cut:,}, missing {missing:,}; connections shed: {shed:,} (target: all whole, or "
+        f"shed by whole connection, none in part): {mark(ok)}"
     )
 
 
@@ -446,10 +460,15 @@ def run_phase(
             ours += 1
             if topic == names.RAW_SOCKET.name:
                 exchanges.feed(datum)
+            elif datum["kind"] == "SHED":
+                exchanges.shed(str(datum["conn_id"]))
     exchanges.finish()
     took = time.monotonic() - read_from
     print(f"{name}: read back {found:,} events from Kafka in {took:.1f} s, {ours:,} of the load")
-    return Phase(name, seconds, requests, 2, report, cpu_s, found, exchanges.whole, exchanges.half)
+    return Phase(
+        name, seconds, requests, 2, report, cpu_s, found, exchanges.whole, exchanges.half,
+        exchanges.cut,
+    )  # fmt: skip
 
 
 def arguments() -> argparse.ArgumentParser:

@@ -168,6 +168,22 @@ def test_half_exchanges_a_request_alone_an_answer_alone_a_stream_with_a_hole() -
     assert tally(server.small() + server.send("INGRESS", load.REQUEST)) == (1, 1)
 
 
+def test_the_exchange_a_shed_cut_is_counted_cut_not_half() -> None:
+    server, client = Wire("s"), Wire("c", server=False)
+    cut_request = server.small()[:1]  # the request read, then the connection was shed
+    cut_stream = client.stream(4)[:4]  # the head and two events, then shed
+    exchanges = ct.RawExchanges()
+    for record in server.small() + cut_request + client.small() + cut_stream:
+        exchanges.feed(record)
+    exchanges.shed(str(cut_request[0]["conn_id"]))
+    exchanges.shed(str(cut_stream[0]["conn_id"]))
+    exchanges.finish()
+    assert (exchanges.whole, exchanges.half, exchanges.cut) == (2, 0, 2)
+    shed = ct.CollectorReport(100, 0, 0, {"socket.shed": 2})
+    verdict = ct.exchange_verdict(phase(whole=2, cut=2, requests=3, report=shed))
+    assert "in part 0, cut by a shed 2, missing 2;" in verdict and verdict.endswith("PASS")
+
+
 def test_a_stream_whose_head_is_missing_is_half() -> None:
     server = Wire("s")
     records = server.stream(3)

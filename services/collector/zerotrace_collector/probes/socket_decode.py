@@ -30,7 +30,7 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Final, TypeAlias, TypeVar
+from typing import Final, NoReturn, TypeAlias, TypeVar
 
 from ..errors import MalformedEvent
 from .event_layout import (
@@ -224,9 +224,60 @@ def decode_socket_data(buf: RawEvent) -> SocketDataSample:
         tcp_seq,
         waited_us,
     ) = DATA_HEADER.unpack_from(buf, 0)
+    end = DATA_HEADER_SIZE + payload_len
+    # One test for the common case, the reasons only when it fails: this runs per event.
+    if (
+        tag != ZT_EVENT_SOCK_DATA
+        or size < end
+        or size > end + MAX_TRAILING
+        or end_ns < start_ns
+        or ret <= 0
+        or payload_len > ret
+        or flags & ~_KNOWN_FLAGS
+    ):
+        _refuse_data(tag, size, end, start_ns, end_ns, ret, payload_len, flags)
+    direction_member = _DIRECTIONS.get(direction)
+    source_member = _SOURCES.get(source)
+    op_member = _OPS.get(op)
+    if direction_member is None or source_member is None or op_member is None:
+        _member(_DIRECTIONS, direction, "direction")  # each raises if its value is unknown
+        _member(_SOURCES, source, "source")
+        _member(_OPS, op, "op")
+        raise AssertionError("unreachable: one of the three is unknown")
+    comm = _COMMS.get(comm_raw) or _cached_comm(comm_raw)
+    return SocketDataSample(  # positional, in field order: ~0.3 us less than by keyword
+        pid,
+        tid,
+        fd,
+        cgroup_id,
+        start_ns,
+        end_ns,
+        ret,
+        conn_start_ns,
+        direction_member,
+        source_member,
+        op_member,
+        flags,
+        comm,
+        buf[DATA_HEADER_SIZE:end] if type(buf) is bytes else bytes(buf[DATA_HEADER_SIZE:end]),
+        tcp_seq if flags & F_TCP_SEQ else None,
+        waited_us if flags & F_WAITED else None,
+    )
+
+
+def _refuse_data(
+    tag: int,
+    size: int,
+    end: int,
+    start_ns: int,
+    end_ns: int,
+    ret: int,
+    payload_len: int,
+    flags: int,
+) -> NoReturn:
+    """Raise MalformedEvent saying what is wrong with a data record's header."""
     if tag != ZT_EVENT_SOCK_DATA:
         raise MalformedEvent(f"wrong event type tag {tag}, expected {ZT_EVENT_SOCK_DATA}")
-    end = DATA_HEADER_SIZE + payload_len
     if size < end or size > end + MAX_TRAILING:
         raise MalformedEvent(f"socket-data event is {size} bytes, header says {end}")
     if end_ns < start_ns:
@@ -235,26 +286,7 @@ def decode_socket_data(buf: RawEvent) -> SocketDataSample:
         raise MalformedEvent(f"socket-data event with {ret} bytes")
     if payload_len > ret:
         raise MalformedEvent(f"payload of {payload_len} bytes exceeds the {ret} transferred")
-    if flags & ~_KNOWN_FLAGS:
-        raise MalformedEvent(f"unknown flags 0x{flags:02x}")
-    return SocketDataSample(
-        pid=pid,
-        tid=tid,
-        fd=fd,
-        cgroup_id=cgroup_id,
-        start_mono_ns=start_ns,
-        end_mono_ns=end_ns,
-        nbytes=ret,
-        conn_start_ns=conn_start_ns,
-        direction=_member(_DIRECTIONS, direction, "direction"),
-        source=_member(_SOURCES, source, "source"),
-        op=_member(_OPS, op, "op"),
-        flags=flags,
-        comm=_cached_comm(comm_raw),
-        payload=bytes(buf[DATA_HEADER_SIZE:end]),
-        tcp_seq=tcp_seq if flags & F_TCP_SEQ else None,
-        waited_us=waited_us if flags & F_WAITED else None,
-    )
+    raise MalformedEvent(f"unknown flags 0x{flags:02x}")
 
 
 def decode_conn(buf: RawEvent) -> ConnSample:
