@@ -136,26 +136,23 @@ def test_a_connections_calls_of_one_poll_share_a_record_in_order(
         data(start_mono_ns=100 + i, end_mono_ns=100 + i)
         for i in range(feeds_module.BATCH_CALLS + 3)
     ]
-    renamed = dataclasses.replace(calls[1], comm="worker-2")  # another thread's name
-    probe = Probe([calls[0], renamed, *calls[2:]])
+    calls[2] = dataclasses.replace(calls[2], comm="worker-2")  # another thread's name
+    other = data(pid=20)  # another connection, between them
+    probe = Probe([*calls[:2], other, *calls[2:]])
     records = list(SocketFeed(probe, "node-a", OFFSET).poll(0))  # type: ignore[arg-type]
-    # Bounded: BATCH_CALLS, then the rest; the other comm has a batch of its own (opened
-    # before the rest's, so it goes out first).
-    assert [r.events for r in records] == [feeds_module.BATCH_CALLS, 1, 2]
+    # A new batch where the thread name changes, and where BATCH_CALLS is reached; the
+    # records of one connection, read one after the other, give its calls in order.
+    assert [r.events for r in records] == [2, 1, feeds_module.BATCH_CALLS, 1]
+    assert [r.datum["pid"] for r in records] == [10, 10, 10, 20]
     assert [len(r.datum["calls"]["tid"]) for r in records] == [r.events for r in records]
+    assert [r.datum["process_name"] for r in records[:3]] == ["python3", "worker-2", "python3"]
     got = [
         call
         for r in records
+        if r.datum["pid"] == 10
         for call in socket_data_of(codec.decode(codec.encode(r.record, r.datum))[1])
     ]
-    sent = [calls[0], renamed, *calls[2:]]
-    assert sorted(got, key=lambda c: c["start_ns"]) == [
-        socket_data_record(s, "node-a", OFFSET, None, ENDS) for s in sent
-    ]
-    assert [c["start_ns"] for c in socket_data_of(records[2].datum)] == [
-        OFFSET + 100 + feeds_module.BATCH_CALLS + 1,
-        OFFSET + 100 + feeds_module.BATCH_CALLS + 2,
-    ]
+    assert got == [socket_data_record(s, "node-a", OFFSET, None, ENDS) for s in calls]
 
 
 def test_a_batch_is_bounded_by_its_payload_bytes(containers: list[int]) -> None:

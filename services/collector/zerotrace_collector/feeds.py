@@ -37,11 +37,12 @@ BATCH_PAYLOAD_BYTES = 256 * 1024  # payload bytes in one at most: far below Kafk
 
 
 class _Batch:
-    """Calls of one connection gathered during a poll."""
+    """Calls of one connection gathered during a poll, all made by threads of one name."""
 
-    __slots__ = ("payload_bytes", "samples")
+    __slots__ = ("comm", "payload_bytes", "samples")
 
-    def __init__(self) -> None:
+    def __init__(self, comm: str) -> None:
+        self.comm = comm
         self.samples: list[SocketDataSample] = []
         self.payload_bytes = 0
 
@@ -120,17 +121,24 @@ class SocketFeed:
         return self._containers[pid]
 
     def poll(self, timeout_ms: int) -> Iterator[RawRecord]:
-        """A SocketBatch per connection (and thread name) and poll, bounded by BATCH_CALLS
-        and BATCH_PAYLOAD_BYTES, and a ConnEvent per connect/accept/close. A connection's
-        batch goes out before its ConnEvent, so a close never overtakes the calls before it;
-        the others go out at the end of the poll, oldest connection first."""
-        open_batches: dict[tuple[int, int, int, str], _Batch] = {}
+        """A SocketBatch per connection and poll (a new one where the thread name changes),
+        bounded by BATCH_CALLS and BATCH_PAYLOAD_BYTES, and a ConnEvent per connect, accept,
+        close or shed. A connection's calls keep the order they were made in: its batch goes
+        out before its ConnEvent (a close never overtakes the calls before it) and before a
+        batch of another thread name. The others go out at the end of the poll, oldest
+        connection first."""
+        open_batches: dict[tuple[int, int, int], _Batch] = {}
         for sample in self.probe.poll(timeout_ms):
             if isinstance(sample, SocketDataSample):
-                key = (sample.pid, sample.fd, sample.conn_start_ns, sample.comm)
+                key = (sample.pid, sample.fd, sample.conn_start_ns)
                 batch = open_batches.get(key)
+                if batch is not None and batch.comm != sample.comm:
+                    # Another thread name (process_name is the batch's): the calls so far
+                    # go out first, so the connection's calls stay in the order made.
+                    yield self._batch_record(batch.samples)
+                    batch = None
                 if batch is None:
-                    batch = open_batches[key] = _Batch()
+                    batch = open_batches[key] = _Batch(sample.comm)
                 # Inline, not methods: this runs for every call a traced server makes.
                 batch.samples.append(sample)
                 batch.payload_bytes += len(sample.payload)
@@ -138,10 +146,9 @@ class SocketFeed:
                     del open_batches[key]
                     yield self._batch_record(batch.samples)
                 continue
-            for key in [
-                k for k in open_batches if k[:3] == (sample.pid, sample.fd, sample.conn_start_ns)
-            ]:
-                yield self._batch_record(open_batches.pop(key).samples)
+            closing = open_batches.pop((sample.pid, sample.fd, sample.conn_start_ns), None)
+            if closing is not None:
+                yield self._batch_record(closing.samples)
             datum = conn_event_record(
                 sample,
                 self._node_id,
