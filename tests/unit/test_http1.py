@@ -271,6 +271,12 @@ def test_switching_protocols_and_connect_leave_http() -> None:
         (b"*3\r\n$3\r\nSET\r\n", Verdict.OTHER),
         (b"PING\r\n", Verdict.OTHER),
         (b"get / HTTP/1.1", Verdict.OTHER),
+        (b":1000\r\n", Verdict.OTHER),  # a Redis integer reply
+        # The rest of a message: joined mid-exchange (a replay from a held offset).
+        (b"1a\r\ndata: {}\r\n", Verdict.BODY),
+        (b"0\r\n\r\n", Verdict.BODY),
+        (b"data: [DONE]\n\n", Verdict.BODY),
+        (b'{"model": "m"}', Verdict.BODY),
     ],
 )
 def test_sniff(payload: bytes, verdict: Verdict) -> None:

@@ -15,6 +15,7 @@ from zerotrace_collector.probes.ring_reader import (
     DISCARD_BIT,
     HEADER_BYTES,
     Walk,
+    pace_wait,
     walk,
 )
 
@@ -180,3 +181,15 @@ def test_whatever_is_written_is_read_once_in_order_however_the_walks_fall(
     while ring.consumer < ring.producer:
         got += payloads(ring.walk(budget))
     assert got == sent
+
+
+def test_a_waiting_poll_takes_a_busy_ring_at_most_once_per_pace() -> None:
+    # The last take 10 ms ago, a 50 ms pace: 40 ms left, never more than the poll's timeout.
+    assert pace_wait(now=1.010, walked_at=1.0, pace_s=0.05, timeout_s=0.1) == pytest.approx(0.04)
+    assert pace_wait(now=1.010, walked_at=1.0, pace_s=0.05, timeout_s=0.02) == 0.02
+    assert pace_wait(now=1.010, walked_at=1.0, pace_s=0.05, timeout_s=-1) == pytest.approx(0.04)
+    # Due already, unpaced, or a drain that must not wait: at once.
+    assert pace_wait(now=1.060, walked_at=1.0, pace_s=0.05, timeout_s=0.1) == 0.0
+    assert pace_wait(now=1.010, walked_at=1.0, pace_s=0.0, timeout_s=0.1) == 0.0
+    assert pace_wait(now=1.010, walked_at=1.0, pace_s=0.05, timeout_s=0) == 0.0
+    assert pace_wait(now=0.0, walked_at=float("-inf"), pace_s=0.05, timeout_s=0.1) == 0.0

@@ -16,13 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.harness.llm_conversations import interleaved
+from tests.harness.llm_conversations import conversation, interleaved
 from tests.unit.test_profile_step import sample
 from zerotrace import names
 from zerotrace.bus import Message
 from zerotrace.codec import AvroCodec
 from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir
+from zerotrace.socket_batch import socket_batch_of
 from zerotrace.step import Output, Step
 from zerotrace_correlator.pipeline import CorrelatorStep
 from zerotrace_profiler_agg.profile_step import ProfileStep
@@ -91,8 +92,36 @@ def crash_and_replay(make_step: Callable[[], Step], messages: list[Message], com
     assert Counter(published + replayed) == Counter(whole)
 
 
+def keep_alive_batches(calls_per_batch: int) -> list[Message]:
+    """Four keep-alive connections with two exchanges each, published as the collector
+    publishes them: SocketBatch records of a few calls each, connections interleaved. A held
+    offset then often points into a batch whose first calls end the previous exchange."""
+    per_conn = [
+        conversation(f"c{i}", T0 + i * 1_000, 5) + conversation(f"c{i}", T0 + i * 1_000 + 10**8, 5)
+        for i in range(4)
+    ]
+    batches = [
+        [calls[at : at + calls_per_batch] for at in range(0, len(calls), calls_per_batch)]
+        for calls in per_conn
+    ]
+    offsets = [0] * PARTITIONS
+    out = []
+    for k in range(max(len(b) for b in batches)):
+        for conn_batches in batches:
+            if k < len(conn_batches):
+                datum = socket_batch_of(conn_batches[k])
+                partition = zlib.crc32(str(datum["conn_id"]).encode()) % PARTITIONS
+                value = CODEC.encode(names.SOCKET_BATCH_RECORD, datum)
+                out.append(
+                    Message(names.RAW_SOCKET.name, partition, offsets[partition], None, value, 0)
+                )
+                offsets[partition] += 1
+    return out
+
+
 CONVERSATIONS = conversations()
 SAMPLES = stack_samples()
+KEEP_ALIVE = {size: keep_alive_batches(size) for size in (1, 3, 5, 7)}
 
 
 def test_the_inputs_make_outputs_and_hold_offsets() -> None:
@@ -109,6 +138,27 @@ def test_the_inputs_make_outputs_and_hold_offsets() -> None:
 @given(st.integers(0, len(CONVERSATIONS)))
 def test_a_correlator_killed_anywhere_loses_and_repeats_nothing(commit: int) -> None:
     crash_and_replay(lambda: CorrelatorStep(CODEC), CONVERSATIONS, commit)
+
+
+@pytest.mark.parametrize("calls_per_batch", sorted(KEEP_ALIVE))
+def test_a_correlator_of_batches_killed_anywhere_loses_and_repeats_nothing(
+    calls_per_batch: int,
+) -> None:
+    """Replay starts at a held batch whose first calls end an exchange already published (an
+    SSE chunk, a last chunk): the connection is joined mid-way, not given up as not HTTP."""
+    messages = KEEP_ALIVE[calls_per_batch]
+    assert (
+        len(
+            [
+                o
+                for o in run_through(CorrelatorStep(CODEC), messages)
+                if o.topic == names.DERIVED_LLM.name
+            ]
+        )
+        == 8
+    )
+    for commit in range(len(messages) + 1):
+        crash_and_replay(lambda: CorrelatorStep(CODEC), messages, commit)
 
 
 @settings(max_examples=40, deadline=None)

@@ -247,15 +247,15 @@ class Conversation:
             # first): the plaintext comes as TLS records of the same connection.
             self.counters[c.RECORDS_TLS_BEFORE_LINK] += 1
             return False
-        self._joined_late |= verdict is Verdict.RESPONSE
+        self._joined_late |= verdict is Verdict.RESPONSE or verdict is Verdict.BODY
         if verdict is Verdict.REQUEST:
             self._request_direction = direction
             sent = direction == "EGRESS"
             self.observation_point = NETWORK if packet else CLIENT if sent else SERVER
             return True
         if self._joined_late or verdict is Verdict.UNKNOWN:
-            # We joined mid-way (a status line came first): skip the rest of the exchange we
-            # missed, bodies included, until a request line starts one we can follow.
+            # We joined mid-way (a status line or the rest of a body came first): skip the
+            # rest of the exchange we missed until a request line starts one we can follow.
             self.counters[c.RECORDS_BEFORE_FIRST_REQUEST] += 1
         else:
             self.counters[c.CONNS_NOT_HTTP] += 1

@@ -390,10 +390,17 @@ class Verdict(Enum):
     RESPONSE = auto()  # starts like a status line: we joined a connection mid-way
     UNKNOWN = auto()  # nothing to judge by (no payload captured)
     TLS = auto()  # a TLS record: HTTP may follow as plaintext from the TLS uprobes
+    BODY = auto()  # the middle of a message (a chunk, SSE lines, JSON): we joined mid-way
     OTHER = auto()  # not HTTP/1.x
 
 
 _SNIFF_REQUEST = re.compile(rb"[\r\n]*[A-Z][A-Z0-9_-]{0,23}(?: [^\x00-\x08\x0a-\x1f\x7f]| ?\Z)")
+# What the rest of a message starts with: a chunk-size line, SSE fields, a JSON body. Seen
+# first when a connection is joined mid-exchange: a worker replaying from a held offset
+# whose first calls end an exchange already reported, or a probe attached mid-stream.
+_SNIFF_BODY = re.compile(
+    rb"[0-9a-fA-F]{1,8}(?:;[^\r\n]*)?\r\n|(?:data|event|id|retry):|[ \t\r\n]*[{\[]"
+)
 
 
 def sniff(payload: bytes) -> Verdict:
@@ -407,4 +414,6 @@ def sniff(payload: bytes) -> Verdict:
     # Content type (change_cipher_spec .. application_data), then version 3.x.
     if len(payload) >= 3 and 0x14 <= payload[0] <= 0x17 and payload[1] == 3 and payload[2] <= 4:
         return Verdict.TLS
+    if _SNIFF_BODY.match(payload):
+        return Verdict.BODY
     return Verdict.OTHER

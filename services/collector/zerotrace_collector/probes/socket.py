@@ -54,6 +54,8 @@ EVENTS_MAP: Final = b"zt_socket_events"
 STATS_MAP: Final = b"zt_socket_stats"
 # Event bytes one poll takes from the ring at most (see _read_ring).
 POLL_BYTES: Final = 4 * 1024 * 1024
+# A busy ring is taken at most this often (ring_reader.pace_wait): batches worth their cost.
+PACE_S: Final = 0.05
 SOCKETS_MAP: Final = b"zt_socket_fds"
 FAMILY_MAP: Final = b"zt_socket_family"
 # Indexes into zt_socket_stats; mirror the ZT_STAT_* defines in bpf/socket.c.
@@ -306,7 +308,7 @@ class SocketProbe(AttachedProbe):
         """Map the event ring (max_entries: its data bytes, ZT_RINGBUF_PAGES pages), or, where
         the kernel will not map it, read it through libbpf (one callback per event)."""
         try:
-            return RingReader(events.map_fd, int(events.max_entries))
+            return RingReader(events.map_fd, int(events.max_entries), pace_s=PACE_S)
         except (OSError, ValueError) as exc:
             self.notes.append(
                 f"ring buffer not mappable ({first_line(exc, 120)}): events read through "
