@@ -647,8 +647,15 @@ static __always_inline int zt_track(u32 tgid, s32 fd, u16 family, u8 origin, u64
 	return info.shed;
 }
 
-/* Enter of connect/accept/close: remember fd (and connect's sockaddr) per thread. */
-static __always_inline int zt_conn_enter(s64 fd, u64 uaddr, u16 family)
+/* The op of an in-flight state that is not a data call's (those are ZT_OP_*, 1..12): each
+ * exit reads only a state its own kind of call stored (zt_conn_exit_state). */
+#define ZT_CALL_CONNECT 0xfc
+#define ZT_CALL_ACCEPT  0xfd
+#define ZT_CALL_CLOSE   0xfe
+#define ZT_CALL_SOCKET  0xff
+
+/* Enter of connect/accept: remember fd (and connect's sockaddr) per thread. */
+static __always_inline int zt_conn_enter(s64 fd, u64 uaddr, u16 family, u8 call)
 {
 	u64 id = bpf_get_current_pid_tgid();
 	u32 tid = (u32)id;
@@ -657,6 +664,7 @@ static __always_inline int zt_conn_enter(s64 fd, u64 uaddr, u16 family)
 	if (!c)
 		return 0;
 	__builtin_memset(c, 0, sizeof(*c));
+	c->op = call;
 	c->start_ns = bpf_ktime_get_ns();
 	c->fd = (s32)fd;
 	c->family = family;
@@ -668,7 +676,7 @@ static __always_inline int zt_conn_enter(s64 fd, u64 uaddr, u16 family)
 }
 
 /* The thread's in-flight state, taken out of the map, if the call it was stored for is of
- * the kind *op* names: 0 for connect/accept/close, ZT_CALL_SOCKET for socket(). A state
+ * the kind *op* names (ZT_CALL_CONNECT, _ACCEPT, _CLOSE, _SOCKET). A state
  * whose exit was never seen (its exit tracepoint attached a moment after its entry one, or
  * a data call's entry that stored it) must not be read as another call's: it once made a
  * data event with op 0xff out of a socket() state. */
@@ -697,7 +705,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_connect)
 	u16 *known = zt_socket_family.lookup(&key);
 	if (known && *known == 0)
 		return 0; /* a UDP socket connect()ing (DNS resolvers do) */
-	return zt_conn_enter(args->fd, (u64)args->uservaddr, family);
+	return zt_conn_enter(args->fd, (u64)args->uservaddr, family, ZT_CALL_CONNECT);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_exit_connect)
@@ -706,7 +714,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_connect)
 	u32 tgid = id >> 32;
 	u32 tid = (u32)id;
 	struct zt_sys_call st;
-	if (!zt_conn_exit_state(tid, &st, 0))
+	if (!zt_conn_exit_state(tid, &st, ZT_CALL_CONNECT))
 		return 0;
 	s64 ret = args->ret;
 	/* Non-blocking connects (asyncio, httpx, uvloop) return -EINPROGRESS: track them. */
@@ -729,7 +737,7 @@ static __always_inline int zt_accept_enter(s64 fd)
 	if (fam && family != ZT_AF_INET && family != ZT_AF_INET6)
 		return 0; /* AF_UNIX and friends (0: not a stream socket) */
 	/* The peer address pointer is often NULL (uvloop): addresses come from /proc. */
-	return zt_conn_enter(fd, 0, family);
+	return zt_conn_enter(fd, 0, family, ZT_CALL_ACCEPT);
 }
 
 static __always_inline int zt_accept_exit(s64 ret)
@@ -738,7 +746,7 @@ static __always_inline int zt_accept_exit(s64 ret)
 	u32 tgid = id >> 32;
 	u32 tid = (u32)id;
 	struct zt_sys_call st;
-	if (!zt_conn_exit_state(tid, &st, 0))
+	if (!zt_conn_exit_state(tid, &st, ZT_CALL_ACCEPT))
 		return 0;
 	if (ret < 0)
 		return 0;
@@ -771,6 +779,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
 	if (!c)
 		return 0;
 	__builtin_memset(c, 0, sizeof(*c));
+	c->op = ZT_CALL_CLOSE;
 	c->start_ns = bpf_ktime_get_ns();
 	c->fd = key.fd;
 	c->family = info->family;
@@ -789,14 +798,13 @@ TRACEPOINT_PROBE(syscalls, sys_exit_close)
 	u32 tgid = id >> 32;
 	u32 tid = (u32)id;
 	struct zt_sys_call st;
-	if (!zt_conn_exit_state(tid, &st, 0))
+	if (!zt_conn_exit_state(tid, &st, ZT_CALL_CLOSE))
 		return 0;
 	zt_emit_conn(tgid, tid, &st, args->ret, ZT_CONN_CLOSE, st.conn_start_ns, st.family);
 	return 0;
 }
 
 /* socket(): remember the family, so accept() knows an AF_UNIX listener. */
-#define ZT_CALL_SOCKET 0xff /* the op of a socket() state: no ZT_OP_* is this */
 TRACEPOINT_PROBE(syscalls, sys_enter_socket)
 {
 	u64 id = bpf_get_current_pid_tgid();

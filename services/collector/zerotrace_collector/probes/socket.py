@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import platform
 import re
 import time
 from collections.abc import Iterable
@@ -56,6 +57,7 @@ STATS_MAP: Final = b"zt_socket_stats"
 POLL_BYTES: Final = 4 * 1024 * 1024
 # A busy ring is taken at most this often (ring_reader.pace_wait): batches worth their cost.
 PACE_S: Final = 0.05
+MAPPED_RING_MACHINES: Final = ("x86_64", "AMD64")
 SOCKETS_MAP: Final = b"zt_socket_fds"
 FAMILY_MAP: Final = b"zt_socket_family"
 # Indexes into zt_socket_stats; mirror the ZT_STAT_* defines in bpf/socket.c.
@@ -307,13 +309,21 @@ class SocketProbe(AttachedProbe):
     def _open_ring(self, events: Any) -> RingReader | None:
         """Map the event ring (max_entries: its data bytes, ZT_RINGBUF_PAGES pages), or, where
         the kernel will not map it, read it through libbpf (one callback per event)."""
-        try:
-            return RingReader(events.map_fd, int(events.max_entries), pace_s=PACE_S)
-        except (OSError, ValueError) as exc:
+        if platform.machine() not in MAPPED_RING_MACHINES:
+            # Python has no acquire/release loads and stores: plain ones give libbpf's
+            # ordering only on a CPU that keeps stores in order (x86-64).
             self.notes.append(
-                f"ring buffer not mappable ({first_line(exc, 120)}): events read through "
-                "libbpf, one callback each"
+                f"ring buffer read through libbpf on {platform.machine()} (mapped on x86-64 "
+                "only), one callback per event"
             )
+        else:
+            try:
+                return RingReader(events.map_fd, int(events.max_entries), pace_s=PACE_S)
+            except (OSError, ValueError) as exc:
+                self.notes.append(
+                    f"ring buffer not mappable ({first_line(exc, 120)}): events read through "
+                    "libbpf, one callback each"
+                )
         events.open_ring_buffer(self._on_ring_event)
         return None
 
