@@ -31,7 +31,7 @@ require_ebpf("syscalls/sys_enter_sendmsg")
 from zerotrace import names  # noqa: E402
 from zerotrace.socket_batch import socket_data_of  # noqa: E402
 from zerotrace_collector.feeds import RawRecord, SocketFeed  # noqa: E402
-from zerotrace_collector.probes import socket as socket_probe  # noqa: E402
+from zerotrace_collector.probes import socket_ring  # noqa: E402
 from zerotrace_collector.probes.socket import SocketProbe  # noqa: E402
 from zerotrace_correlator import http_counters as c  # noqa: E402
 from zerotrace_correlator.http_llm_step import HttpLlmCorrelator  # noqa: E402
@@ -156,7 +156,7 @@ def test_polls_that_stop_at_their_byte_budget_lose_nothing(
     """A poll takes at most POLL_BYTES and leaves the rest for the next one; the event at the
     budget's edge is kept (libbpf has consumed it already). Made 2 KiB here, so that every
     poll stops at its edge many times over: every exchange of both waves is whole."""
-    monkeypatch.setattr(socket_probe, "POLL_BYTES", 2048)
+    monkeypatch.setattr(socket_ring, "POLL_BYTES", 2048)
     spans, counters, correlated = observe(ringbuf_pages=4096, read_wave_2=True)
     assert (counters["lost"], counters["shed"]) == (0, 0), counters
     assert correlated[c.BYTES_LOST_BY_TCP_SEQ] == 0, correlated

@@ -5,8 +5,8 @@ module compiles, attaches, polls, resolves endpoints once per connection, applie
 user-space filters (port, non-TCP fds, TLS ciphertext) and tears down. bcc is imported
 lazily in :meth:`SocketProbe.attach`.
 
-The event ring is read through its memory map (:mod:`.ring_reader`), a batch per poll, not
-through a libbpf callback per event; a kernel that cannot map it falls back to libbpf.
+The event ring is read a batch per poll (:mod:`.socket_ring`: through its memory map where it
+can be, else through libbpf).
 
 TLS ciphertext: once a socket is seen under an SSL call, the kernel marks its syscall
 events ``ciphertext`` (no payload copied). :meth:`poll` drops them unless
@@ -18,10 +18,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import platform
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -38,13 +37,13 @@ from .bcc_loader import (
 )
 from .event_layout import DEFAULT_PAYLOAD_MAX, ConnKind, RawEvent
 from .kernel_btf import VMLINUX, offset_cflags
-from .ring_reader import RingReader
 from .socket_decode import (
     ConnSample,
     SocketDataSample,
     SocketSample,
     decode_socket_event,
 )
+from .socket_ring import EventRing
 from .tls import TLS_RETURN_FN, TLS_SYMBOLS, find_libssl
 
 __all__ = ["SocketProbe"]
@@ -53,11 +52,6 @@ PROGRAM_FILE: Final = "socket.c"
 TLS_PROGRAM_FILE: Final = "tls.c"
 EVENTS_MAP: Final = b"zt_socket_events"
 STATS_MAP: Final = b"zt_socket_stats"
-# Event bytes one poll takes from the ring at most (see _read_ring).
-POLL_BYTES: Final = 4 * 1024 * 1024
-# A busy ring is taken at most this often (ring_reader.pace_wait): batches worth their cost.
-PACE_S: Final = 0.05
-MAPPED_RING_MACHINES: Final = ("x86_64", "AMD64")
 SOCKETS_MAP: Final = b"zt_socket_fds"
 FAMILY_MAP: Final = b"zt_socket_family"
 # Indexes into zt_socket_stats; mirror the ZT_STAT_* defines in bpf/socket.c.
@@ -67,7 +61,6 @@ STAT_SOCKETS_FULL: Final = 2
 STAT_CONNS_SHED: Final = 3
 STAT_CALLS_SHED: Final = 4
 FLOW_MAP: Final = b"zt_socket_flow"
-FLOW_TAKEN: Final = 1  # ZT_FLOW_TAKEN: bytes this reader consumed, told to the program
 # zt_sock_info.origin for entries the loader writes (ZT_ORIGIN_PROC).
 ORIGIN_PROC: Final = 3
 AF_INET: Final = 2
@@ -223,13 +216,12 @@ class SocketProbe(AttachedProbe):
         """CLOSE events made for connections of processes that exited."""
         """(pid, fd) entries written from /proc at attach."""
         self._bpf: Any = None
-        self._reader: RingReader | None = None  # None: libbpf's callbacks read the ring
+        self._ring: EventRing | None = None
         self._pending: list[SocketSample] = []
-        self._poll_budget = POLL_BYTES
         # True when the last poll left events in the ring (it took POLL_BYTES): the reader is
         # behind, and the ring may fill (then events are lost).
         self.backlog = False
-        self._taken = 0  # ring bytes consumed: the program sheds connections when far behind
+        self._corrupt_seen = 0
         self._lost_at_close = 0
         self._shed_at_close = (0, 0)
         self._last_sweep = 0.0
@@ -280,7 +272,6 @@ class SocketProbe(AttachedProbe):
         """
         if self._bpf is not None:
             return
-        self._taken = 0  # a new program's ring: its flow counts start at 0
         bpf_class = bcc_for(
             "socket probe",
             [
@@ -297,7 +288,9 @@ class SocketProbe(AttachedProbe):
                 self.notes.append("libssl not found: TLS capture off, syscall capture on")
         bpf = compile_program(bpf_class, self._source(), self.cflags(), self.source_path)
         try:
-            self._reader = self._open_ring(bpf[EVENTS_MAP])
+            # A new program's ring: its flow counts start at 0.
+            self._ring = EventRing(bpf, bpf[EVENTS_MAP], bpf[FLOW_MAP], self.notes)
+            self._corrupt_seen = 0
         except Exception as exc:
             bpf.cleanup()
             raise ProbeUnavailable(f"opening {EVENTS_MAP.decode()} failed: {exc}") from exc
@@ -305,27 +298,6 @@ class SocketProbe(AttachedProbe):
         self.tls_active = self._tls_enabled() and self._attach_tls(bpf)
         if self.seed_from_proc:
             self._seed()
-
-    def _open_ring(self, events: Any) -> RingReader | None:
-        """Map the event ring (max_entries: its data bytes, ZT_RINGBUF_PAGES pages), or, where
-        the kernel will not map it, read it through libbpf (one callback per event)."""
-        if platform.machine() not in MAPPED_RING_MACHINES:
-            # Python has no acquire/release loads and stores: plain ones give libbpf's
-            # ordering only on a CPU that keeps stores in order (x86-64).
-            self.notes.append(
-                f"ring buffer read through libbpf on {platform.machine()} (mapped on x86-64 "
-                "only), one callback per event"
-            )
-        else:
-            try:
-                return RingReader(events.map_fd, int(events.max_entries), pace_s=PACE_S)
-            except (OSError, ValueError) as exc:
-                self.notes.append(
-                    f"ring buffer not mappable ({first_line(exc, 120)}): events read through "
-                    "libbpf, one callback each"
-                )
-        events.open_ring_buffer(self._on_ring_event)
-        return None
 
     def _attach_tls(self, bpf: Any) -> bool:
         assert self.libssl is not None
@@ -355,9 +327,9 @@ class SocketProbe(AttachedProbe):
         self._lost_at_close = self.lost
         self._shed_at_close = (self.conns_shed, self.calls_shed)
         bpf, self._bpf = self._bpf, None
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
         bpf.cleanup()
 
     # -- tracked sockets -----------------------------------------------------
@@ -462,22 +434,7 @@ class SocketProbe(AttachedProbe):
 
     # -- events --------------------------------------------------------------
 
-    def _read_ring(self, reader: RingReader, timeout_ms: int) -> None:
-        """One batch from the mapped ring, decoded and filtered. Once a poll has taken
-        POLL_BYTES the rest waits in the ring for the next poll, after what was taken went
-        through the pipeline: a full 16 MiB ring is never all in memory at once (a batch's
-        raw copies are, with its samples, until this returns). The record that crosses the
-        budget is taken; none is lost at the edge: the consumer position moves past the
-        records taken only."""
-        batch = reader.poll(timeout_ms, POLL_BYTES)
-        self.backlog = batch.budget_spent
-        self._taken += batch.taken  # payload bytes, as zt_offered counts them
-        if batch.corrupt:
-            self.malformed += 1
-            self.last_malformed = "ring record longer than the ring holds: the rest skipped"
-        self._take(batch.records)
-
-    def _take(self, records: list[RawEvent]) -> None:
+    def _take(self, records: Sequence[RawEvent]) -> None:
         """Decode each record and keep those that pass the filters. The hot loop: the
         callables it calls are bound once."""
         keep, pending = self._keep, self._pending
@@ -491,28 +448,6 @@ class SocketProbe(AttachedProbe):
             if keep(sample):
                 pending.append(sample)
 
-    def _on_ring_event(self, _ctx: Any, data: int, size: int) -> int:
-        # The libbpf path, where the ring cannot be mapped (see _open_ring). Decoded at once:
-        # the event's buffer (up to the payload cap) is dropped here, so a drained ring costs
-        # its samples' memory once, not twice. Once a poll has taken POLL_BYTES it stops (a
-        # negative return ends libbpf's loop), and the rest waits in the ring for the next
-        # poll. libbpf has already consumed the event it hands to this callback, whatever it
-        # returns, so that event is kept first.
-        self._taken += size
-        try:
-            sample = decode_socket_event(ctypes.string_at(data, size))
-        except MalformedEvent as exc:
-            self.malformed += 1
-            self.last_malformed = str(exc)
-            sample = None
-        if sample is not None and self._keep(sample):
-            self._pending.append(sample)
-        self._poll_budget -= size
-        if self._poll_budget <= 0:
-            self.backlog = True
-            return -1
-        return 0
-
     def poll(self, timeout_ms: int) -> list[SocketSample]:
         """Wait up to *timeout_ms* (-1 = forever); return the samples that pass the filters.
 
@@ -521,25 +456,20 @@ class SocketProbe(AttachedProbe):
         """
         if self._bpf is None:
             raise RuntimeError("poll() before attach()")
-        if self._reader is not None:
-            self._read_ring(self._reader, timeout_ms)
-        else:
-            self._poll_libbpf(timeout_ms)
-        flow = self._bpf[FLOW_MAP]
-        flow[flow.Key(FLOW_TAKEN)] = flow.Leaf(self._taken)
+        assert self._ring is not None
+        ring = self._ring
+        self._take(ring.take(timeout_ms))
+        self.backlog = ring.backlog
+        if ring.corrupt > self._corrupt_seen:
+            self.malformed += ring.corrupt - self._corrupt_seen
+            self.last_malformed = "ring record longer than the ring holds: the rest skipped"
+            self._corrupt_seen = ring.corrupt
         out, self._pending = self._pending, []
         now = time.monotonic()
         if now - self._last_sweep > _SWEEP_EVERY_S:
             self._last_sweep = now
             out += self.sweep()
         return out
-
-    def _poll_libbpf(self, timeout_ms: int) -> None:
-        self._poll_budget = POLL_BYTES
-        self.backlog = False
-        self._bpf.ring_buffer_poll(timeout=timeout_ms)
-        if self._poll_budget > 0:
-            self._bpf.ring_buffer_consume()  # what came without a wake-up (see socket.c)
 
     def _keep(self, sample: SocketSample) -> bool:
         if isinstance(sample, SocketDataSample):
