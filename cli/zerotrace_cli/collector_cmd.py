@@ -74,9 +74,18 @@ def collector(args: argparse.Namespace) -> int:
         print("\n".join(feeds.programs()))
         return 0
     require_root()
-    budget = hold_budget(args, common)
     if not filtered and not args.no_sockets:
         say(NO_SOCKET_FILTER)
+    budget = hold_budget(args, common)
+    try:  # released however it ends: Kafka away, an attach that fails, the loop's end
+        return _attach_and_publish(args, common, feeds, budget)
+    finally:
+        budget.release()
+
+
+def _attach_and_publish(
+    args: argparse.Namespace, common: settings.CommonSettings, feeds: NodeFeeds, budget: CpuBudget
+) -> int:
     bus = kafka_bus(common)
     producer = _collector_producer(bus, common, args.spool_mb)
     for note in feeds.attach():
@@ -84,13 +93,10 @@ def collector(args: argparse.Namespace) -> int:
     if args.pid:
         feeds.follow(args.pid)
     say(f"collector attached ({feeds.names}); publishing to {common.kafka}")
-    try:
-        codec = kafka_codec(common.kafka)
-        return _publish(
-            feeds, producer, codec, args.duration, status_every=args.status_every, budget=budget
-        )
-    finally:
-        budget.release()
+    codec = kafka_codec(common.kafka)
+    return _publish(
+        feeds, producer, codec, args.duration, status_every=args.status_every, budget=budget
+    )
 
 
 def _publish(

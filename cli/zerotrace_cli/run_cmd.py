@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zerotrace import settings
 from zerotrace_cli.budget_args import add_budget_argument, hold_budget
 from zerotrace_cli.common import StopFlag, embedded_store_path, say
 from zerotrace_cli.held_start import HeldCommand
 from zerotrace_cli.node_feeds import add_node_arguments
+
+if TYPE_CHECKING:
+    from zerotrace.cpu_budget import CpuBudget
+    from zerotrace_cli.node_feeds import NodeFeeds
 
 
 def register(sub: Any) -> None:
@@ -53,10 +57,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from zerotrace_cli.embedded_node import EmbeddedNode, output_mode
     from zerotrace_cli.node_feeds import node_feeds
     from zerotrace_collector.collector import monotonic_to_epoch_offset_ns, require_root
-    from zerotrace_collector.process_family import ProcessFamily
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     common = settings.load(settings.CommonSettings)
@@ -67,6 +69,22 @@ def run(args: argparse.Namespace) -> int:
         return 0
     require_root()
     budget = hold_budget(args, common)  # first: compiling the probes is zerotrace's work too
+    try:  # released however it ends: an attach that fails, the command's end, Ctrl-C
+        return _observe(args, common, feeds, command, budget)
+    finally:
+        budget.release()
+
+
+def _observe(
+    args: argparse.Namespace,
+    common: settings.CommonSettings,
+    feeds: NodeFeeds,
+    command: list[str],
+    budget: CpuBudget,
+) -> int:
+    from zerotrace_cli.embedded_node import EmbeddedNode, output_mode
+    from zerotrace_collector.process_family import ProcessFamily
+
     say(f"compiling and attaching the eBPF probes ({feeds.names})")
     for note in feeds.attach():
         say(note)
@@ -97,7 +115,6 @@ def run(args: argparse.Namespace) -> int:
         exit_code = node.run(stop, child, args.duration)
     finally:
         node.close()
-        budget.release()
         if child is not None and child.poll() is None:
             child.terminate()
     for line in node.summary_lines():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from zerotrace.errors import FeatureUnavailable, TransientIO
 from zerotrace_cli import build_parser, main
 
 pytestmark = pytest.mark.unit
@@ -61,3 +62,43 @@ def test_ebpf_with_profile_adds_the_profilers_and_leaves_out_what_is_off(
     text = programs(capsys, "--profile", "--no-gpu", "--no-files", "--no-tls")
     assert text.count("/* bcc cflags: ") == 2
     assert "-DZT_CAPTURE_TLS=0" in text
+
+
+class _Budget:
+    note = "budget: held (stand-in)"
+
+    def __init__(self) -> None:
+        self.released = 0
+
+    def release(self) -> None:
+        self.released += 1
+
+
+class _FeedsThatCannotAttach:
+    names = "socket"
+
+    def attach(self) -> list[str]:
+        raise FeatureUnavailable("socket probe: the kernel has no syscall tracepoints")
+
+
+@pytest.mark.parametrize("command", ["run", "collector"])
+def test_a_failure_after_the_budget_is_held_releases_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """The budget's cgroup goes however the command ends: here the probes cannot attach (run)
+    or Kafka is away (collector), one line each, and no empty cgroup is left behind."""
+    budget = _Budget()
+    monkeypatch.setattr(f"zerotrace_cli.{command}_cmd.hold_budget", lambda *_: budget)
+    monkeypatch.setattr("zerotrace_collector.collector.require_root", lambda: None)
+    monkeypatch.setattr(
+        "zerotrace_cli.node_feeds.node_feeds", lambda *a, **k: _FeedsThatCannotAttach()
+    )
+
+    def kafka_away(_common: object) -> None:
+        raise TransientIO("Kafka at 127.0.0.1:1 is not reachable")
+
+    monkeypatch.setattr("zerotrace_cli.collector_cmd.kafka_bus", kafka_away)
+    assert main([command, "--port", "8000"]) != 0
+    assert budget.released == 1
+    said = capsys.readouterr().err
+    assert ("no syscall tracepoints" if command == "run" else "not reachable") in said
