@@ -11,8 +11,9 @@
  * has used (racing with stored ids) or to let the map fill up. A copy has no lifecycle.
  *
  * Processes are also announced, on a ring of their own that wakes the reader at once
- * (zt_profile_news): when one is first seen (its first sample or switch-out), at exec, and
- * when it maps executable code (a library, libpython of a shared build). The reader reads
+ * (zt_profile_news): when one is first seen (its first sample or switch-out), and, once
+ * seen, at exec and when it maps executable code from a file (a library, libpython of a
+ * shared build). The reader reads
  * its maps, ELF symbols and Python layout then, while the process is surely alive, not when
  * its samples come to be named: a program that exits right after its samples, or on a node
  * so busy that samples wait, is still named in full.
@@ -349,8 +350,10 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
 	u32 tgid = id >> 32, tid = (u32)id;
 	if (!zt_wanted(tgid, tid))
 		return 0;
-	u8 one = 1;
-	zt_seen.update(&tgid, &one);
+	/* Only a process already announced: a new one (fork, then exec) is announced at its
+	 * first sample, so a node's many short commands that are never sampled cost nothing. */
+	if (zt_seen.lookup(&tgid) == NULL)
+		return 0;
 	zt_announce(tgid, ZT_NEWS_EXEC);
 	return 0;
 }
@@ -358,11 +361,13 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
 #if ZT_NEWS_MAPPINGS
 TRACEPOINT_PROBE(syscalls, sys_enter_mmap)
 {
-	if (!(args->prot & ZT_PROT_EXEC))
+	/* Code from a file (a library loaded late, an extension module) of a process already
+	 * announced; an anonymous executable mapping (a JIT's) has no symbols to read. */
+	if (!(args->prot & ZT_PROT_EXEC) || (s64)args->fd < 0)
 		return 0;
 	u64 id = bpf_get_current_pid_tgid();
 	u32 tgid = id >> 32, tid = (u32)id;
-	if (!zt_wanted(tgid, tid))
+	if (!zt_wanted(tgid, tid) || zt_seen.lookup(&tgid) == NULL)
 		return 0;
 	u8 one = 1;
 	zt_mapping_exec.update(&tid, &one);
