@@ -26,18 +26,24 @@ from zerotrace_cli.common import profile_line
 from zerotrace_cli.profile_cmd import format_value, leaf_stacks, render_profile, span_ns
 from zerotrace_query.http_api import HttpApi
 
-T0 = time.time_ns() - 5 * WINDOW_NS  # the last 5 windows end 0-10 s ago: inside --since 15m
-WINDOWS = realistic_windows(T0, 4)
+T0 = 1_700_000_000_000_000_000  # for pure renderings that need no store
 
 
 @pytest.fixture(scope="module")
-def url() -> Iterator[str]:
+def t0() -> int:
+    """Read when the first test of this module runs, not at collection: the whole suite
+    collects first, and its earlier tests take longer than --since's 15 minutes (CI5)."""
+    return time.time_ns() - 5 * WINDOW_NS  # the last windows end 0-10 s ago
+
+
+@pytest.fixture(scope="module")
+def url(t0: int) -> Iterator[str]:
     from zerotrace.schema_registry import InMemorySchemaRegistry
     from zerotrace.schemas import load_schema_dir
 
     store = DuckDBStore()
     codec = AvroCodec(load_schema_dir(), InMemorySchemaRegistry())
-    index_profiles(store, codec, WINDOWS, "profile-cmd")
+    index_profiles(store, codec, realistic_windows(t0, 4), "profile-cmd")
     http = HttpApi(store, port=0).start()
     yield http.url
     http.stop()
@@ -76,14 +82,14 @@ def test_units_and_filters(url: str, capsys: pytest.CaptureFixture[str]) -> None
     assert "no samples in this range" in capsys.readouterr().out
 
 
-def test_raw_formats(url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_raw_formats(url: str, t0: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cpu.pb.gz"
     assert main(["profile", "--http", url, "--format", "pprof", "-o", str(out)]) == 0
     assert b"samples" in gzip.decompress(out.read_bytes())
     assert main(["profile", "--http", url, "--format", "folded", "--frame", "crc32"]) == 0
     folded = capsys.readouterr().out.splitlines()
     assert len(folded) == 1 and folded[0].endswith(f" {4 * 90 + 4 * 45}")
-    span = ["--from", str(T0), "--to", str(T0 + WINDOW_NS)]
+    span = ["--from", str(t0), "--to", str(t0 + WINDOW_NS)]
     assert main(["profile", "--http", url, "--format", "speedscope", "--by-thread", *span]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [p["name"] for p in doc["profiles"]] == ["thread:101", "thread:102", "thread:103"]
