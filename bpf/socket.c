@@ -116,7 +116,8 @@
 #define ZT_STAT_SOCKETS_FULL  2 /* zt_socket_fds full: connection not tracked */
 #define ZT_STAT_CONNS_SHED    3 /* connections shed (the reader was behind) */
 #define ZT_STAT_CALLS_SHED    4 /* data calls not emitted: their connection was shed */
-#define ZT_STAT_NR            5
+#define ZT_STAT_TLS_STALE     5 /* an SSL* bound to a socket that is gone: bound again (tls.c) */
+#define ZT_STAT_NR            6
 
 /* Indexes into zt_socket_flow. */
 #define ZT_FLOW_OFFERED 0 /* bytes written to the ring (this program) */
@@ -392,11 +393,22 @@ static __always_inline void zt_emit_data(u32 tgid, u32 tid, s32 fd, u64 start_ns
  */
 static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_key *key,
 					    struct zt_sock_info *info, u8 direction);
+/*
+ * A read on a TLS socket found bytes that arrived at arrived_ns (0: none were queued, they
+ * come during the call): the wait belongs to the plaintext the next SSL read returns, not to
+ * the ciphertext event (tls.c).
+ */
+static __always_inline void zt_tls_arrived(struct zt_sock_key *key, struct zt_sock_info *info,
+					   u64 arrived_ns);
 #if !ZT_CAPTURE_TLS
 static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_key *key,
 					    struct zt_sock_info *info, u8 direction)
 {
 	return 0;
+}
+static __always_inline void zt_tls_arrived(struct zt_sock_key *key, struct zt_sock_info *info,
+					   u64 arrived_ns)
+{
 }
 #endif
 
@@ -514,8 +526,13 @@ static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 di
 	if (zt_tcp_seq((s32)fd, direction, &c->tcp_seq, &mstamp_us))
 		c->flags |= ZT_SOCK_F_TCP_SEQ;
 	/* Bytes that came in before the call began; an hour and more is not a wait but a stamp
-	 * of something else. Not for TLS sockets: the syscall's bytes are not the plaintext's. */
-	if (mstamp_us && mstamp_us <= now_us && now_us - mstamp_us < 3600000000ULL && !info->tls) {
+	 * of something else. On a TLS socket the syscall's bytes are not the plaintext's: the
+	 * arrival is kept for the SSL read that decrypts them. */
+	int waited = mstamp_us && mstamp_us <= now_us && now_us - mstamp_us < 3600000000ULL;
+	if (info->tls) {
+		if (direction == ZT_DIR_INGRESS)
+			zt_tls_arrived(&key, info, waited ? mstamp_us * 1000 : 0);
+	} else if (waited) {
 		c->waited_us = (u32)(now_us - mstamp_us);
 		c->flags |= ZT_SOCK_F_WAITED;
 	}

@@ -65,6 +65,43 @@ BPF_HASH(zt_tls_calls, u32, struct zt_ssl_call, ZT_MAX_INFLIGHT);
 BPF_HASH(zt_tls_fds, struct zt_ssl_key, struct zt_ssl_bind, ZT_MAX_SOCKETS);
 BPF_HASH(zt_tls_pending, u32, struct zt_ssl_pending, ZT_MAX_INFLIGHT);
 
+/* When the ciphertext the last read on a TLS socket took had arrived (zt_tls_arrived), kept
+ * for the next SSL read on it: a busy server reads a request late, and its plaintext event
+ * then says how long it waited, as a plain socket's read does. LRU: an arrival whose socket
+ * closed before an SSL read took it is dropped by newer ones. */
+struct zt_tls_arrival {
+	u64 conn_start_ns;
+	u64 arrived_ns;
+};
+BPF_TABLE("lru_hash", struct zt_sock_key, struct zt_tls_arrival, zt_tls_arrivals, ZT_MAX_SOCKETS);
+
+static __always_inline void zt_tls_arrived(struct zt_sock_key *key, struct zt_sock_info *info,
+					   u64 arrived_ns)
+{
+	if (!arrived_ns) {
+		zt_tls_arrivals.delete(key);
+		return;
+	}
+	struct zt_tls_arrival a = {.conn_start_ns = info->conn_start_ns, .arrived_ns = arrived_ns};
+	zt_tls_arrivals.update(key, &a);
+}
+
+/* How long the plaintext an SSL read returned had waited (us), taking the arrival its
+ * socket's read kept; 0 with no arrival (its bytes came during the read). */
+static __always_inline u32 zt_tls_waited(struct zt_sock_key *key, u64 conn_start_ns,
+					 u64 start_ns, u8 *flags)
+{
+	struct zt_tls_arrival *a = zt_tls_arrivals.lookup(key);
+	if (!a)
+		return 0;
+	u64 arrived_ns = a->arrived_ns, conn = a->conn_start_ns;
+	zt_tls_arrivals.delete(key);
+	if (conn != conn_start_ns || arrived_ns > start_ns || start_ns - arrived_ns >= 3600000000000ULL)
+		return 0;
+	*flags |= ZT_SOCK_F_WAITED;
+	return (u32)((start_ns - arrived_ns) / 1000);
+}
+
 static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_key *key,
 					    struct zt_sock_info *info, u8 direction)
 {
@@ -126,6 +163,32 @@ static __always_inline void zt_ssl_set_pending(u32 tid, u64 ssl)
 	zt_tls_pending.update(&tid, &p);
 }
 
+/*
+ * The socket an SSL* was bound to, into *out (fd -1 when none). A binding outlives neither its
+ * socket nor the SSL object, but nothing tells us when an SSL* is freed: the allocator hands
+ * the same address to the next connection's SSL object (a server whose clients reconnect
+ * sees it at once), and that connection's plaintext would be reported on the old one's fd and
+ * connection, or on a new socket that reuses the fd number. So a binding counts only while
+ * its fd still holds the connection it was made for (same conn_start_ns); a stale one is
+ * dropped, and the SSL* is bound again like a new one.
+ */
+static __always_inline void zt_tls_bound(u32 tgid, struct zt_ssl_key *sk, struct zt_ssl_bind *out)
+{
+	struct zt_ssl_bind *b = zt_tls_fds.lookup(sk);
+	if (!b)
+		return;
+	struct zt_ssl_bind held = {};
+	bpf_probe_read_kernel(&held, sizeof(held), b);
+	struct zt_sock_key key = {.pid = tgid, .fd = held.fd};
+	struct zt_sock_info *info = zt_socket_fds.lookup(&key);
+	if (!info || info->conn_start_ns != held.conn_start_ns) {
+		zt_tls_fds.delete(sk);
+		zt_stat_inc(ZT_STAT_TLS_STALE);
+		return;
+	}
+	*out = held;
+}
+
 static __always_inline int zt_ssl_exit(struct pt_regs *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
@@ -139,7 +202,10 @@ static __always_inline int zt_ssl_exit(struct pt_regs *ctx)
 	zt_tls_calls.delete(&tid);
 
 	struct zt_ssl_key sk = {.pid = tgid, .ssl = st.ssl};
-	struct zt_ssl_bind *b = st.fd < 0 ? zt_tls_fds.lookup(&sk) : 0;
+	struct zt_ssl_bind bound = {.fd = -1};
+	if (st.fd < 0)
+		zt_tls_bound(tgid, &sk, &bound);
+	struct zt_ssl_bind *b = bound.fd >= 0 ? &bound : 0;
 	if (st.handshake) {
 		if (st.fd < 0 && !b)
 			zt_ssl_set_pending(tid, st.ssl);
@@ -172,6 +238,7 @@ static __always_inline int zt_ssl_exit(struct pt_regs *ctx)
 				zt_ssl_set_pending(tid, st.ssl);
 		}
 	}
+	u32 waited_us = 0;
 	if (fd >= 0) {
 		struct zt_sock_key key = {.pid = tgid, .fd = fd};
 		struct zt_sock_info *info = zt_socket_fds.lookup(&key);
@@ -179,9 +246,11 @@ static __always_inline int zt_ssl_exit(struct pt_regs *ctx)
 			zt_stat_inc(ZT_STAT_CALLS_SHED);
 			return 0;
 		}
+		if (st.direction == ZT_DIR_INGRESS)
+			waited_us = zt_tls_waited(&key, conn_start_ns, st.start_ns, &flags);
 	}
 	zt_emit_data(tgid, tid, fd, st.start_ns, n, conn_start_ns, st.direction, ZT_SRC_TLS,
-		     st.op, flags, 1, st.buf, 0, 0, 0);
+		     st.op, flags, 1, st.buf, 0, 0, waited_us);
 	return 0;
 }
 

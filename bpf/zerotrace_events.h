@@ -113,6 +113,7 @@ _Static_assert(sizeof(struct zt_file_open_event) == 320,
  *       84    4 waited_us      with ZT_SOCK_F_WAITED (reads): microseconds from the socket's
  *                              last received segment (tcp_sock.tcp_mstamp) to the call's
  *                              entry: how long a request waited before a busy server read it
+ *                              (TLS reads: from the arrival of the ciphertext they decrypt)
  *       88                     header total; payload follows
  */
 struct zt_sock_data_hdr {

@@ -1,7 +1,8 @@
 """Kernel test: TLS plaintext through libssl uprobes; ciphertext syscalls are marked.
 
 A Python ``ssl`` server and client (separate processes, blocking sockets: OpenSSL's
-socket BIO) exchange known messages over 127.0.0.1 with a self-signed certificate.
+socket BIO) exchange known messages over 127.0.0.1 with a self-signed certificate; and a
+server that feeds libssl from memory (asyncio's way) serves connections one after another.
 Needs root, bcc, kernel headers, uprobes, libssl and the ``openssl`` command.
 """
 
@@ -79,6 +80,68 @@ CLIENT = COMMON + textwrap.dedent(
 )
 
 
+# A server that feeds libssl from memory (ssl.MemoryBIO: what asyncio and uvicorn do), one
+# connection after another, each with a new SSL object made after the last one was freed: the
+# allocator hands the new one the freed one's address.
+WAIT_S = 0.2
+MEMORY_BIO_SERVER = (
+    COMMON
+    + f"WAIT_S = {WAIT_S}\n"
+    + textwrap.dedent(
+        """
+    import gc, time
+    CONNS = int(sys.argv[3])
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen()
+    print(srv.getsockname()[1], flush=True)
+    fds = []
+    for i in range(CONNS):
+        raw, _ = srv.accept()
+        inbox, outbox = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = ctx.wrap_bio(inbox, outbox, server_side=True)
+        def pump(call):
+            while True:
+                try:
+                    result = call()
+                    raw.sendall(outbox.read())
+                    return result
+                except ssl.SSLWantReadError:
+                    raw.sendall(outbox.read())
+                    inbox.write(raw.recv(65536))
+        pump(tls.do_handshake)
+        time.sleep(WAIT_S)  # busy elsewhere: the request waits in the socket
+        got = b""
+        while len(got) < len(request(i)):
+            got += pump(lambda: tls.read(65536))
+        assert got == request(i), got
+        pump(lambda: tls.write(response(i)))
+        fds.append(raw.fileno())
+        raw.recv(1)  # the client's close
+        raw.close()
+        del tls
+        gc.collect()
+    print(json.dumps(fds), flush=True)
+    sys.stdin.readline()
+    """
+    )
+)
+
+ONE_REQUEST_CLIENT = COMMON + textwrap.dedent(
+    """
+    ctx = ssl.create_default_context(cafile=sys.argv[1])
+    for i in range(int(sys.argv[3])):
+        c = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[2]))),
+                            server_hostname="localhost")
+        c.sendall(request(i))
+        assert recv_exact(c, len(response(i))) == response(i)
+        c.close()
+    print("done", flush=True)
+    sys.stdin.readline()
+    """
+)
+
+
 def request(i: int) -> bytes:
     return b"GET /secret/%02d HTTP/1.1\r\n\r\n" % i
 
@@ -131,6 +194,18 @@ def _popen(code: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
+def _end(*children: subprocess.Popen[str] | None) -> None:
+    for child in children:
+        if child is None:
+            continue
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        for stream in (child.stdin, child.stdout):
+            if stream is not None:
+                stream.close()
+
+
 def _line(child: subprocess.Popen[str]) -> str:
     assert child.stdout is not None
     line = child.stdout.readline()
@@ -162,15 +237,7 @@ def test_tls_plaintext_seen_and_ciphertext_marked(
         while time.monotonic() < end:
             samples.extend(probe.poll(20))
     finally:
-        for child in (server, client):
-            if child is None:
-                continue
-            if child.poll() is None:
-                child.kill()
-            child.wait()
-            for stream in (child.stdin, child.stdout):
-                if stream is not None:
-                    stream.close()
+        _end(server, client)
     mine = [s for s in samples if s.pid in pids]
     tls = [s for s in mine if isinstance(s, SocketDataSample) and s.source is Source.TLS]
     c_out = [s for s in tls if s.pid == client.pid and s.direction is Direction.EGRESS]
@@ -215,15 +282,56 @@ def test_ciphertext_dropped_by_default(cert: tuple[Path, Path]) -> None:
             samples.extend(p.poll(50))
     finally:
         p.close()
-        for child in (server, client):
-            if child is None:
-                continue
-            child.kill()
-            child.wait()
-            for stream in (child.stdin, child.stdout):
-                if stream is not None:
-                    stream.close()
+        _end(server, client)
     pids = {server.pid, client.pid if client else 0}
     data = [s for s in samples if s.pid in pids and isinstance(s, SocketDataSample)]
     assert data and all(s.source is Source.TLS for s in data)
     assert p.ciphertext_dropped > 0
+
+
+def test_memory_bio_ssl_objects_at_a_reused_address_are_bound_to_their_own_connection(
+    probe: SocketProbe, cert: tuple[Path, Path]
+) -> None:
+    """Each connection's plaintext is reported on its own connection (its accept's fd and
+    start), though its SSL object has the address of the previous, closed connection's; and
+    with how long its ciphertext waited before the server read it."""
+    conns = 6
+    server = _popen(MEMORY_BIO_SERVER, str(cert[0]), str(cert[1]), str(conns))
+    client = None
+    samples: list[SocketSample] = []
+    rebound_before = probe.tls_rebound
+    try:
+        port = int(_line(server))
+        client = _popen(ONE_REQUEST_CLIENT, str(cert[0]), str(port), str(conns))
+        _line(client)
+        fds = json.loads(_line(server))
+        deadline = time.monotonic() + 20
+        while len(_requests_read(samples, server.pid)) < conns:
+            assert time.monotonic() < deadline, "the server's TLS reads did not arrive"
+            samples.extend(probe.poll(50))
+    finally:
+        _end(server, client)
+    accepts = [
+        s for s in samples
+        if s.pid == server.pid and isinstance(s, ConnSample) and s.kind is ConnKind.ACCEPT
+    ]  # fmt: skip
+    assert len(accepts) == conns
+    reads = _requests_read(samples, server.pid)
+    for i, accept in enumerate(accepts):
+        read = [s for s in reads if s.payload == request(i)]
+        assert [(s.fd, s.conn_start_ns) for s in read] == [(fds[i], accept.conn_start_ns)], i
+        assert read[0].fd_guessed  # bound by the egress that followed the handshake
+        # Its ciphertext had waited in the socket: the plaintext's read says how long (at
+        # most the sleep; less by the time the client took to send it after the handshake).
+        assert read[0].waited_us is not None, i
+        assert WAIT_S * 0.5e6 <= read[0].waited_us <= WAIT_S * 1e6 + 50_000, i
+    # The allocator did reuse a freed SSL*'s address (else this test proves nothing new).
+    assert probe.tls_rebound > rebound_before
+
+
+def _requests_read(samples: list[SocketSample], pid: int) -> list[SocketDataSample]:
+    return [
+        s for s in samples
+        if s.pid == pid and isinstance(s, SocketDataSample) and s.source is Source.TLS
+        and s.direction is Direction.INGRESS
+    ]  # fmt: skip

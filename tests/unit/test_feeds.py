@@ -39,6 +39,7 @@ class Probe:
         self.lost, self.malformed, self.truncated = 3, 1, 2
         self.ciphertext_dropped, self.filtered = 4, 5
         self.conns_shed, self.calls_shed = 6, 7
+        self.tls_rebound = 8
 
     def attach(self) -> None:
         self.calls.append("attach")
@@ -126,6 +127,7 @@ def test_socket_samples_go_to_their_topics_keyed_by_connection(
         "truncated": 2,
         "ciphertext_dropped": 4,
         "filtered": 5,
+        "tls_rebound": 8,
     }
 
 

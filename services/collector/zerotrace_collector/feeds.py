@@ -190,6 +190,7 @@ class SocketFeed:
             "truncated": p.truncated,
             "ciphertext_dropped": p.ciphertext_dropped,
             "filtered": p.filtered,
+            "tls_rebound": p.tls_rebound,
         }
 
     def close(self) -> None:

@@ -63,19 +63,21 @@ class MessageHead:
         return None
 
 
-@dataclass(frozen=True)
+# The events of a body (one or more per record of every stream) are not frozen: a frozen
+# dataclass's __init__ pays a setattr call per field, and nothing mutates or hashes them.
+@dataclass(slots=True)
 class BodyPiece:
     data: bytes
     time_ns: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class BodyGap:
     size: int
     time_ns: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class MessageEnd:
     time_ns: int  # time of the record that carried the last byte
     complete: bool
@@ -328,6 +330,9 @@ class Http1Parser:
         self._remaining = length
 
     def _chunk_size(self, data: bytes, pos: int, t: int, out: list[Event]) -> int:
+        """A chunk-size line; then, while whole chunks follow in *data* (a streaming server
+        writes one chunk per call, so nearly always), their data and CRLF at once rather than
+        a state step per piece and per byte of the CRLF."""
         newline = data.find(b"\n", pos)
         end = len(data) if newline < 0 else newline
         if len(self._buf) + end - pos > MAX_CHUNK_LINE_BYTES:
@@ -336,15 +341,30 @@ class Http1Parser:
         self._buf += data[pos:end]
         if newline < 0:
             return len(data)
-        size_field = bytes(self._buf).split(b";", 1)[0].strip()
-        self._buf.clear()
+        while True:
+            size = self._chunk_size_field(bytes(self._buf), t, out)
+            self._buf.clear()
+            if size is None:
+                return newline + 1
+            start = newline + 1
+            if size == 0 or data[start + size : start + size + 2] != b"\r\n":
+                self._remaining = size
+                self._state = _State.CHUNK_DATA if size else _State.TRAILERS
+                return start
+            out.append(BodyPiece(data[start : start + size], t))
+            pos = start + size + 2
+            newline = data.find(b"\n", pos, pos + MAX_CHUNK_LINE_BYTES)
+            if newline < 0:
+                self._state = _State.CHUNK_SIZE
+                return pos  # the next size line, if any, takes the general path
+            self._buf += data[pos:newline]
+
+    def _chunk_size_field(self, line: bytes, t: int, out: list[Event]) -> int | None:
+        size_field = line.split(b";", 1)[0].strip()
         if not _HEX.fullmatch(size_field) or len(size_field) > MAX_CHUNK_SIZE_DIGITS:
             self._fail("invalid chunk size", t, out)
-            return newline + 1
-        size = int(size_field, 16)
-        self._remaining = size
-        self._state = _State.CHUNK_DATA if size else _State.TRAILERS
-        return newline + 1
+            return None
+        return int(size_field, 16)
 
     def _trailers(self, data: bytes, pos: int, t: int, out: list[Event]) -> int:
         """Trailer fields are framed and dropped: nothing downstream reads them."""

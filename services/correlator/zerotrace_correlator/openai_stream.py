@@ -275,7 +275,12 @@ class ResponseAnalyzer:
 def _has_chat_output(delta: Any) -> bool:
     if not isinstance(delta, dict):
         return False
-    if any(_str(delta.get(k)) for k in ("content", "reasoning_content", "reasoning")):
+    # Spelled out, not any() over the keys: this runs once per token of every stream.
+    if (
+        _str(delta.get("content"))
+        or _str(delta.get("reasoning_content"))
+        or _str(delta.get("reasoning"))
+    ):
         return True
     calls = delta.get("tool_calls")
     for call in calls if isinstance(calls, list) else ():

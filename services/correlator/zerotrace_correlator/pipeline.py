@@ -119,10 +119,13 @@ class CorrelatorStep:
             value = self._codec.encode(names.DERIVED_SPAN.record, span)
             return [Output(names.DERIVED_SPAN.name, span["trace_id"].encode(), value)]
         if record == names.SOCKET_BATCH_RECORD:
-            derived = []
+            # One connection's calls: time moves once, after them (as for one call), so a
+            # grace or timeout that falls inside the batch cannot split the connection.
+            derived, last_ns = [], 0
             for call in socket_data_of(datum):
                 derived += self.http.feed_socket(call)
-                derived += self._advance(int(call["end_ns"]), source)
+                last_ns = max(last_ns, int(call["end_ns"]))
+            derived += self._advance(last_ns, source)
         elif record == names.RAW_SOCKET.record:
             derived = self.http.feed_socket(datum)
             derived += self._advance(int(datum["end_ns"]), source)

@@ -22,7 +22,9 @@ _LINE_END = re.compile(rb"[\r\n]")
 _FIELD_STARTS = (b"data:", b"event:", b"id:", b"retry:", b":")
 
 
-@dataclass(frozen=True)
+# Not frozen: one is made per token of every stream, and a frozen dataclass's __init__ pays a
+# setattr call per field.
+@dataclass(slots=True)
 class SseEvent:
     data: str  # the data lines joined with "\n"
     event: str  # the `event:` field, "" when absent (the spec's "message")
@@ -49,6 +51,15 @@ class SseDecoder:
 
     def feed(self, data: bytes, time_ns: int) -> list[SseEvent]:
         out: list[SseEvent] = []
+        if not self._line and not self._skip_lf and b"\r" not in data:
+            # The common case (whole LF-ended lines, nothing pending): split them at once.
+            lines = data.split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                self._take_line(line, time_ns, out)
+            if rest:
+                self._keep(self._line, rest)
+            return out
         pos = 0
         if self._skip_lf and data[:1] == b"\n":
             pos = 1
@@ -91,6 +102,12 @@ class SseDecoder:
     def _line_done(self, time_ns: int, out: list[SseEvent]) -> None:
         line = bytes(self._line)
         self._line.clear()
+        self._take_line(line, time_ns, out)
+
+    def _take_line(self, line: bytes, time_ns: int, out: list[SseEvent]) -> None:
+        if len(line) > self._max:
+            self._truncated = True
+            line = line[: self._max]
         if self._first_line:
             self._first_line = False
             line = line.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 BOM may open the stream

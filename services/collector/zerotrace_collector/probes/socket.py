@@ -60,6 +60,7 @@ STAT_INFLIGHT_FULL: Final = 1
 STAT_SOCKETS_FULL: Final = 2
 STAT_CONNS_SHED: Final = 3
 STAT_CALLS_SHED: Final = 4
+STAT_TLS_STALE: Final = 5
 FLOW_MAP: Final = b"zt_socket_flow"
 # zt_sock_info.origin for entries the loader writes (ZT_ORIGIN_PROC).
 ORIGIN_PROC: Final = 3
@@ -551,6 +552,12 @@ class SocketProbe(AttachedProbe):
     def calls_shed(self) -> int:
         """Data calls of shed connections, counted instead of emitted."""
         return self._shed_at_close[1] if self._bpf is None else self._stat(STAT_CALLS_SHED)
+
+    @property
+    def tls_rebound(self) -> int:
+        """SSL objects found bound to a socket that had closed (the allocator reuses a freed
+        SSL*'s address for the next connection): bound again to their own (tls.c)."""
+        return self._stat(STAT_TLS_STALE)
 
     @property
     def sockets_full(self) -> int:
