@@ -392,7 +392,8 @@ static __always_inline void zt_emit_data(u32 tgid, u32 tid, s32 fd, u64 start_ns
  * marks TLS sockets (defined in tls.c when ZT_CAPTURE_TLS=1). Returns extra flags.
  */
 static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_key *key,
-					    struct zt_sock_info *info, u8 direction);
+					    struct zt_sock_info *info, u8 direction, u64 buf,
+					    u64 vlen);
 /*
  * A read on a TLS socket found bytes that arrived at arrived_ns (0: none were queued, they
  * come during the call): the wait belongs to the plaintext the next SSL read returns, not to
@@ -402,7 +403,8 @@ static __always_inline void zt_tls_arrived(struct zt_sock_key *key, struct zt_so
 					   u64 arrived_ns);
 #if !ZT_CAPTURE_TLS
 static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_key *key,
-					    struct zt_sock_info *info, u8 direction)
+					    struct zt_sock_info *info, u8 direction, u64 buf,
+					    u64 vlen)
 {
 	return 0;
 }
@@ -517,7 +519,7 @@ static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 di
 	c->fd = (s32)fd;
 	c->family = info->family;
 	c->op = op;
-	c->flags = zt_tls_on_syscall(tgid, tid, &key, info, direction);
+	c->flags = zt_tls_on_syscall(tgid, tid, &key, info, direction, buf, vlen);
 	if (info->tls)
 		c->flags |= ZT_SOCK_F_CIPHERTEXT;
 	c->tcp_seq = 0;

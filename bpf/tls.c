@@ -19,8 +19,12 @@
  *   2. memory BIO (asyncio's SSLProtocol, anyio: httpx async, AsyncOpenAI): no
  *      syscall happens inside the SSL call. After SSL_do_handshake/SSL_write* with no
  *      fd seen, the thread's next egress syscall on a tracked socket within
- *      ZT_TLS_PENDING_NS is taken as the SSL*'s socket (asyncio flushes the
- *      encrypted bytes right away); events then carry ZT_SOCK_F_FD_GUESSED.
+ *      ZT_TLS_PENDING_NS whose bytes start with the record the call makes (a handshake
+ *      record after SSL_do_handshake, application data after SSL_write) is taken as the
+ *      SSL*'s socket (asyncio flushes the encrypted bytes right away); events then carry
+ *      ZT_SOCK_F_FD_GUESSED. The record type matters: a server's first SSL_do_handshake
+ *      runs before the ClientHello is read and writes nothing, and the next egress of its
+ *      thread is then another connection's response.
  *      Limit: a server's first inbound record (ClientHello) precedes any binding and
  *      is reported as unmarked syscall data.
  * Statically linked TLS (grpcio's BoringSSL, Go, rustls, Envoy) is not seen here.
@@ -56,9 +60,15 @@ struct zt_ssl_bind {
 	u32 guessed;
 };
 
+/* TLS record content types (RFC 8446 section 5.1): what an SSL call's bytes start with. */
+#define ZT_TLS_RECORD_HANDSHAKE 0x16
+#define ZT_TLS_RECORD_DATA      0x17
+
 struct zt_ssl_pending {
 	u64 ssl;
 	u64 ts;
+	u8 record; /* the content type its bytes start with */
+	u8 _pad[7];
 };
 
 BPF_HASH(zt_tls_calls, u32, struct zt_ssl_call, ZT_MAX_INFLIGHT);
@@ -102,8 +112,18 @@ static __always_inline u32 zt_tls_waited(struct zt_sock_key *key, u64 conn_start
 	return (u32)((start_ns - arrived_ns) / 1000);
 }
 
+/* The first byte an egress call sends (buf, or the first iovec's base when vlen > 0). */
+static __always_inline int zt_first_byte(u64 buf, u64 vlen, u8 *byte)
+{
+	u64 base = buf;
+	if (vlen && bpf_probe_read_user(&base, sizeof(base), (void *)buf) != 0)
+		return 0;
+	return bpf_probe_read_user(byte, 1, (void *)base) == 0;
+}
+
 static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_key *key,
-					    struct zt_sock_info *info, u8 direction)
+					    struct zt_sock_info *info, u8 direction, u64 buf,
+					    u64 vlen)
 {
 	struct zt_ssl_key sk = {.pid = tgid};
 	struct zt_ssl_bind b = {.conn_start_ns = info->conn_start_ns, .fd = key->fd};
@@ -123,9 +143,14 @@ static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_ke
 		return 0;
 	sk.ssl = p->ssl;
 	u64 age = bpf_ktime_get_ns() - p->ts;
-	zt_tls_pending.delete(&tid);
-	if (age > ZT_TLS_PENDING_NS)
+	u8 record = p->record, first = 0;
+	if (age > ZT_TLS_PENDING_NS) {
+		zt_tls_pending.delete(&tid);
 		return 0;
+	}
+	if (!zt_first_byte(buf, vlen, &first) || first != record)
+		return 0; /* another connection's bytes: the SSL* waits for its own */
+	zt_tls_pending.delete(&tid);
 	b.guessed = 1;
 	zt_tls_fds.update(&sk, &b);
 	info->tls = ZT_TLS_YES;
@@ -157,9 +182,9 @@ static __always_inline int zt_ssl_enter(struct pt_regs *ctx, u8 op, u8 direction
 	return 0;
 }
 
-static __always_inline void zt_ssl_set_pending(u32 tid, u64 ssl)
+static __always_inline void zt_ssl_set_pending(u32 tid, u64 ssl, u8 record)
 {
-	struct zt_ssl_pending p = {.ssl = ssl, .ts = bpf_ktime_get_ns()};
+	struct zt_ssl_pending p = {.ssl = ssl, .ts = bpf_ktime_get_ns(), .record = record};
 	zt_tls_pending.update(&tid, &p);
 }
 
@@ -208,7 +233,7 @@ static __always_inline int zt_ssl_exit(struct pt_regs *ctx)
 	struct zt_ssl_bind *b = bound.fd >= 0 ? &bound : 0;
 	if (st.handshake) {
 		if (st.fd < 0 && !b)
-			zt_ssl_set_pending(tid, st.ssl);
+			zt_ssl_set_pending(tid, st.ssl, ZT_TLS_RECORD_HANDSHAKE);
 		return 0;
 	}
 
@@ -235,7 +260,7 @@ static __always_inline int zt_ssl_exit(struct pt_regs *ctx)
 		} else {
 			flags |= ZT_SOCK_F_FD_UNKNOWN;
 			if (st.direction == ZT_DIR_EGRESS)
-				zt_ssl_set_pending(tid, st.ssl);
+				zt_ssl_set_pending(tid, st.ssl, ZT_TLS_RECORD_DATA);
 		}
 	}
 	u32 waited_us = 0;

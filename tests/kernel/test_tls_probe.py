@@ -80,9 +80,11 @@ CLIENT = COMMON + textwrap.dedent(
 )
 
 
-# A server that feeds libssl from memory (ssl.MemoryBIO: what asyncio and uvicorn do), one
-# connection after another, each with a new SSL object made after the last one was freed: the
-# allocator hands the new one the freed one's address.
+# A server that feeds libssl from memory (ssl.MemoryBIO: what asyncio and uvicorn do). It
+# holds one connection open (the keeper), then serves connections one after another, each with
+# a new SSL object made after the last one was freed: the allocator hands the new one the freed
+# one's address. Like asyncio, it runs a new connection's handshake once before reading
+# anything (that call writes nothing), and meanwhile its thread sends on the keeper.
 WAIT_S = 0.2
 MEMORY_BIO_SERVER = (
     COMMON
@@ -95,31 +97,46 @@ MEMORY_BIO_SERVER = (
     ctx.load_cert_chain(sys.argv[1], sys.argv[2])
     srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen()
     print(srv.getsockname()[1], flush=True)
-    fds = []
-    for i in range(CONNS):
-        raw, _ = srv.accept()
-        inbox, outbox = ssl.MemoryBIO(), ssl.MemoryBIO()
-        tls = ctx.wrap_bio(inbox, outbox, server_side=True)
-        def pump(call):
+
+    class Tls:
+        def __init__(self, raw):
+            self.raw, self.inbox, self.outbox = raw, ssl.MemoryBIO(), ssl.MemoryBIO()
+            self.tls = ctx.wrap_bio(self.inbox, self.outbox, server_side=True)
+        def flush(self):
+            data = self.outbox.read()
+            if data:
+                self.raw.sendall(data)
+        def pump(self, call):
             while True:
                 try:
                     result = call()
-                    raw.sendall(outbox.read())
+                    self.flush()
                     return result
                 except ssl.SSLWantReadError:
-                    raw.sendall(outbox.read())
-                    inbox.write(raw.recv(65536))
-        pump(tls.do_handshake)
+                    self.flush()
+                    self.inbox.write(self.raw.recv(65536))
+
+    keeper = Tls(srv.accept()[0])
+    keeper.pump(keeper.tls.do_handshake)
+    fds = []
+    for i in range(CONNS):
+        conn = Tls(srv.accept()[0])
+        try:
+            conn.tls.do_handshake()  # nothing read yet: it writes nothing
+        except ssl.SSLWantReadError:
+            pass
+        keeper.pump(lambda: keeper.tls.write(b"tick"))  # another connection's bytes
+        conn.pump(conn.tls.do_handshake)
         time.sleep(WAIT_S)  # busy elsewhere: the request waits in the socket
         got = b""
         while len(got) < len(request(i)):
-            got += pump(lambda: tls.read(65536))
+            got += conn.pump(lambda: conn.tls.read(65536))
         assert got == request(i), got
-        pump(lambda: tls.write(response(i)))
-        fds.append(raw.fileno())
-        raw.recv(1)  # the client's close
-        raw.close()
-        del tls
+        conn.pump(lambda: conn.tls.write(response(i)))
+        fds.append(conn.raw.fileno())
+        conn.raw.recv(1)  # the client's close
+        conn.raw.close()
+        del conn
         gc.collect()
     print(json.dumps(fds), flush=True)
     sys.stdin.readline()
@@ -130,9 +147,12 @@ MEMORY_BIO_SERVER = (
 ONE_REQUEST_CLIENT = COMMON + textwrap.dedent(
     """
     ctx = ssl.create_default_context(cafile=sys.argv[1])
+    def connect():
+        raw = socket.create_connection(("127.0.0.1", int(sys.argv[2])))
+        return ctx.wrap_socket(raw, server_hostname="localhost")
+    keeper = connect()
     for i in range(int(sys.argv[3])):
-        c = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[2]))),
-                            server_hostname="localhost")
+        c = connect()
         c.sendall(request(i))
         assert recv_exact(c, len(response(i))) == response(i)
         c.close()
@@ -293,8 +313,9 @@ def test_memory_bio_ssl_objects_at_a_reused_address_are_bound_to_their_own_conne
     probe: SocketProbe, cert: tuple[Path, Path]
 ) -> None:
     """Each connection's plaintext is reported on its own connection (its accept's fd and
-    start), though its SSL object has the address of the previous, closed connection's; and
-    with how long its ciphertext waited before the server read it."""
+    start), though its SSL object has the address of the previous, closed connection's and
+    its thread sent on another connection between its first handshake call and its first
+    bytes; and with how long its ciphertext waited before the server read it."""
     conns = 6
     server = _popen(MEMORY_BIO_SERVER, str(cert[0]), str(cert[1]), str(conns))
     client = None
@@ -315,9 +336,9 @@ def test_memory_bio_ssl_objects_at_a_reused_address_are_bound_to_their_own_conne
         s for s in samples
         if s.pid == server.pid and isinstance(s, ConnSample) and s.kind is ConnKind.ACCEPT
     ]  # fmt: skip
-    assert len(accepts) == conns
+    assert len(accepts) == conns + 1  # and the keeper's, first
     reads = _requests_read(samples, server.pid)
-    for i, accept in enumerate(accepts):
+    for i, accept in enumerate(accepts[1:]):
         read = [s for s in reads if s.payload == request(i)]
         assert [(s.fd, s.conn_start_ns) for s in read] == [(fds[i], accept.conn_start_ns)], i
         assert read[0].fd_guessed  # bound by the egress that followed the handshake
