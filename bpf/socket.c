@@ -93,6 +93,9 @@
 #ifndef ZT_MAX_SOCKETS
 #define ZT_MAX_SOCKETS 65536
 #endif
+#ifndef ZT_HAVE_TCP_PROBE
+#define ZT_HAVE_TCP_PROBE 0 /* 1: the tcp:tcp_probe tracepoint exists (arrival of unread bytes) */
+#endif
 #ifndef ZT_CAPTURE_TLS
 #define ZT_CAPTURE_TLS 0
 #endif
@@ -431,12 +434,64 @@ static __always_inline int zt_read_ptr(u64 *out, u64 base, u64 offset)
  * and the sequence number is then off, not the bytes. 0 when any link is missing or the
  * fd is not a socket (its socket->file does not point back at the file).
  */
+#if ZT_HAVE_TCP_PROBE
+/*
+ * When the oldest unread bytes of a socket arrived (CLOCK_MONOTONIC ns; 0: none unread, or
+ * not known), by socket (struct sock *). tcp_mstamp says when the socket's last segment came
+ * or went: a server that sends anything between a request's arrival and its read (a TLS 1.3
+ * session ticket after the handshake, an ACK) moves it past the arrival, and the request's
+ * wait comes out short. tcp:tcp_probe sees each segment as it comes, before it is queued: one
+ * that brings data to an empty receive queue starts the unread bytes. Only sockets a data
+ * call registered are followed (an entry of 0), so the host's other traffic costs one lookup
+ * a segment; LRU, as nothing says when a socket is freed.
+ */
+BPF_TABLE("lru_hash", u64, u64, zt_tcp_unread, ZT_MAX_SOCKETS);
+
+TRACEPOINT_PROBE(tcp, tcp_probe)
+{
+	if (!args->data_len)
+		return 0;
+	u64 sk = (u64)args->skaddr;
+	u64 *since = zt_tcp_unread.lookup(&sk);
+	if (!since || *since)
+		return 0; /* not followed, or older unread bytes are waiting */
+	u32 copied = 0, rcv_nxt = 0;
+	if (bpf_probe_read_kernel(&copied, sizeof(copied), (void *)(sk + ZT_OFF_TCP_COPIED_SEQ)) ||
+	    bpf_probe_read_kernel(&rcv_nxt, sizeof(rcv_nxt), (void *)(sk + ZT_OFF_TCP_RCV_NXT)) ||
+	    copied != rcv_nxt)
+		return 0; /* unread bytes from before it was followed: their time is not known */
+	*since = bpf_ktime_get_ns();
+	return 0;
+}
+
+/* A data call on sk: follow it from now on; a read that finds bytes queued takes their
+ * arrival (when it is known, and not older than the connection) and the bytes with it. */
+static __always_inline void zt_tcp_unread_take(u64 sk, u8 direction, int queued,
+					       u64 conn_start_ns, u64 *arrived_ns)
+{
+	u64 zero = 0;
+	u64 *since = zt_tcp_unread.lookup_or_try_init(&sk, &zero);
+	if (!since || direction != ZT_DIR_INGRESS)
+		return;
+	if (queued && *since >= conn_start_ns && *since && *since < *arrived_ns)
+		*arrived_ns = *since;
+	*since = 0;
+}
+#else
+static __always_inline void zt_tcp_unread_take(u64 sk, u8 direction, int queued,
+					       u64 conn_start_ns, u64 *arrived_ns)
+{
+}
+#endif
+
 /* The TCP sequence number of the call's first byte; for a read whose bytes are already
- * queued (rcv_nxt past copied_seq) also the socket's tcp_mstamp (us of CLOCK_MONOTONIC: its
- * most recent segment, sent or received), from which the caller knows how long they waited.
- * A read entered on an empty socket (a blocking server waiting for the next request) gets no
- * mstamp: its bytes come during the call, and its end is their time. */
-static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u32 *seq, u64 *mstamp_us)
+ * queued (rcv_nxt past copied_seq) also when they arrived (ns of CLOCK_MONOTONIC), from
+ * which the caller knows how long they waited: the start of the unread bytes where
+ * tcp:tcp_probe followed the socket, else its tcp_mstamp (its most recent segment, sent or
+ * received; us). A read entered on an empty socket (a blocking server waiting for the next
+ * request) gets no arrival: its bytes come during the call, and its end is their time. */
+static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u64 conn_start_ns, u32 *seq,
+				      u64 *arrived_ns)
 {
 	u64 task = bpf_get_current_task();
 	u64 files = 0, fdt = 0, fds = 0, file = 0, sock = 0, back = 0, sk = 0;
@@ -454,14 +509,20 @@ static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u32 *seq, u64 *mstam
 	if (bpf_probe_read_kernel(seq, sizeof(*seq), (void *)(sk + off)) != 0)
 		return 0;
 	u32 rcv_nxt = 0;
-	if (direction == ZT_DIR_INGRESS &&
-	    bpf_probe_read_kernel(&rcv_nxt, sizeof(rcv_nxt), (void *)(sk + ZT_OFF_TCP_RCV_NXT)) == 0 &&
-	    rcv_nxt != *seq)
-		bpf_probe_read_kernel(mstamp_us, sizeof(*mstamp_us), (void *)(sk + ZT_OFF_TCP_MSTAMP));
+	u64 mstamp_us = 0;
+	int queued = direction == ZT_DIR_INGRESS &&
+		     bpf_probe_read_kernel(&rcv_nxt, sizeof(rcv_nxt),
+					   (void *)(sk + ZT_OFF_TCP_RCV_NXT)) == 0 &&
+		     rcv_nxt != *seq;
+	if (queued &&
+	    bpf_probe_read_kernel(&mstamp_us, sizeof(mstamp_us), (void *)(sk + ZT_OFF_TCP_MSTAMP)) == 0)
+		*arrived_ns = mstamp_us * 1000;
+	zt_tcp_unread_take(sk, direction, queued, conn_start_ns, arrived_ns);
 	return 1;
 }
 #else
-static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u32 *seq, u64 *mstamp_us)
+static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u64 conn_start_ns, u32 *seq,
+				      u64 *arrived_ns)
 {
 	return 0;
 }
@@ -524,18 +585,18 @@ static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 di
 		c->flags |= ZT_SOCK_F_CIPHERTEXT;
 	c->tcp_seq = 0;
 	c->waited_us = 0;
-	u64 mstamp_us = 0, now_us = c->start_ns / 1000;
-	if (zt_tcp_seq((s32)fd, direction, &c->tcp_seq, &mstamp_us))
+	u64 arrived_ns = 0, now = c->start_ns;
+	if (zt_tcp_seq((s32)fd, direction, info->conn_start_ns, &c->tcp_seq, &arrived_ns))
 		c->flags |= ZT_SOCK_F_TCP_SEQ;
 	/* Bytes that came in before the call began; an hour and more is not a wait but a stamp
 	 * of something else. On a TLS socket the syscall's bytes are not the plaintext's: the
 	 * arrival is kept for the SSL read that decrypts them. */
-	int waited = mstamp_us && mstamp_us <= now_us && now_us - mstamp_us < 3600000000ULL;
+	int waited = arrived_ns && arrived_ns <= now && now - arrived_ns < 3600000000000ULL;
 	if (info->tls) {
 		if (direction == ZT_DIR_INGRESS)
-			zt_tls_arrived(&key, info, waited ? mstamp_us * 1000 : 0);
+			zt_tls_arrived(&key, info, waited ? arrived_ns : 0);
 	} else if (waited) {
-		c->waited_us = (u32)(now_us - mstamp_us);
+		c->waited_us = (u32)((now - arrived_ns) / 1000);
 		c->flags |= ZT_SOCK_F_WAITED;
 	}
 	if (zt_socket_inflight.update(&tid, c) != 0)

@@ -32,7 +32,7 @@ from zerotrace_collector.probes.event_layout import (
     SockOp,
     Source,
 )
-from zerotrace_collector.probes.socket import SocketProbe
+from zerotrace_collector.probes.socket import SocketProbe, tcp_arrival_cflags
 from zerotrace_collector.probes.socket_decode import ConnSample, SocketDataSample, SocketSample
 
 pytestmark = pytest.mark.kernel
@@ -491,6 +491,13 @@ WAITING_SERVER = textwrap.dedent(
     time.sleep(0.2)
     client.sendall(b"GET /idle HTTP/1.1\\r\\n\\r\\n")
     reader.join()
+    # A server that sends something (a TLS session ticket, say) between a request's arrival
+    # and its read: the socket's last segment is then that send, not the request.
+    client.sendall(b"GET /sent-meanwhile HTTP/1.1\\r\\n\\r\\n")
+    time.sleep(0.15)
+    conn.sendall(b"x")
+    time.sleep(0.15)
+    conn.recv(100)
     print("done", flush=True)
     """
 )
@@ -498,7 +505,8 @@ WAITING_SERVER = textwrap.dedent(
 
 def test_a_read_says_how_long_its_bytes_waited_in_the_socket() -> None:
     """The request is sent, then read 300 ms later: the read's event carries that wait (from
-    the socket's last segment); a read entered before its bytes came (a blocking server idle
+    the socket's last segment), also when the server sent something in between (from the
+    arrival tcp:tcp_probe saw); a read entered before its bytes came (a blocking server idle
     between requests) and the sends carry none."""
     probe = SocketProbe(BPF_DIR, tls=False, follow=True)
     probe.attach()
@@ -510,7 +518,7 @@ def test_a_read_says_how_long_its_bytes_waited_in_the_socket() -> None:
         app.stdin.write("go\n")
         app.stdin.flush()
         assert _line(app) == "done\n"
-        samples = _poll_until(probe, lambda s: any(_is_read(x, b"GET /idle") for x in s))
+        samples = _poll_until(probe, lambda s: any(_is_read(x, b"GET /sent-") for x in s))
     finally:
         _reap(app)
         probe.close()
@@ -518,6 +526,11 @@ def test_a_read_says_how_long_its_bytes_waited_in_the_socket() -> None:
     assert read.waited_us is not None and 280_000 <= read.waited_us <= 600_000, read.waited_us
     [idle] = [s for s in samples if isinstance(s, SocketDataSample) and _is_read(s, b"GET /idle")]
     assert idle.waited_us is None, idle.waited_us
+    [sent] = [s for s in samples if isinstance(s, SocketDataSample) and _is_read(s, b"GET /sent-")]
+    if tcp_arrival_cflags()[0]:
+        assert sent.waited_us is not None and 280_000 <= sent.waited_us <= 600_000, sent.waited_us
+    else:  # from the send's time: short by the 150 ms before it
+        assert sent.waited_us is not None and sent.waited_us < 280_000, sent.waited_us
     sends = [
         s for s in samples if isinstance(s, SocketDataSample) and s.direction == Direction.EGRESS
     ]

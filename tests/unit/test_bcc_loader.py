@@ -102,3 +102,14 @@ def test_thread_states_go_into_the_map_by_tid() -> None:
     table = Table()
     tell_thread_states(table, {11: 0x7F00, 12: 0x7F80})
     assert table == {("key", 11): ("leaf", 0x7F00), ("key", 12): ("leaf", 0x7F80)}
+
+
+def test_a_tracepoint_is_looked_for_under_either_tracefs_mount(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracing, debug = tmp_path / "tracing", tmp_path / "debug" / "tracing"
+    monkeypatch.setattr(bcc_loader, "TRACEFS_ROOTS", (tracing, debug))
+    assert not bcc_loader.tracepoint_exists("tcp", "tcp_probe")
+    (debug / "events" / "tcp" / "tcp_probe").mkdir(parents=True)
+    assert bcc_loader.tracepoint_exists("tcp", "tcp_probe")
+    assert not bcc_loader.tracepoint_exists("tcp", "tcp_retransmit_skb")

@@ -47,6 +47,15 @@ def bcc_for(what: str, tracepoints: Iterable[tuple[str, str]]) -> Any:
     return bpf_class
 
 
+# Where tracefs is mounted: its own mount point, or under debugfs on older systems.
+TRACEFS_ROOTS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+
+
+def tracepoint_exists(category: str, event: str) -> bool:
+    """Whether this kernel has the tracepoint (without bcc, for the choice of cflags)."""
+    return any((root / "events" / category / event).is_dir() for root in TRACEFS_ROOTS)
+
+
 def compile_program(bpf_class: Any, text: str, cflags: list[str], source: Path) -> Any:
     """Compile, load and auto-attach the program (bcc raises bare Exception for all three)."""
     try:

@@ -34,6 +34,7 @@ from .bcc_loader import (
     compile_program,
     first_line,
     read_program,
+    tracepoint_exists,
 )
 from .event_layout import DEFAULT_PAYLOAD_MAX, ConnKind, RawEvent
 from .kernel_btf import VMLINUX, offset_cflags
@@ -104,6 +105,18 @@ def tcp_seq_cflags(btf_path: Path = VMLINUX) -> tuple[list[str], str | None]:
     and one line saying why not (then events carry no tcp_seq; nothing else changes)."""
     flags, why = offset_cflags(TCP_SEQ_MEMBERS, btf_path)
     return flags, (f"tcp_seq off: {why}" if why else None)
+
+
+def tcp_arrival_cflags() -> tuple[list[str], str | None]:
+    """The -D flag that lets socket.c follow when a socket's unread bytes arrived (the
+    tcp:tcp_probe tracepoint, socket.c zt_tcp_unread), or none and one line saying what that
+    costs: waits then come from tcp_mstamp, which a send before the read moves forward."""
+    if tracepoint_exists("tcp", "tcp_probe"):
+        return ["-DZT_HAVE_TCP_PROBE=1"], None
+    return [], (
+        "no tcp:tcp_probe tracepoint: a request's wait is taken from the socket's last "
+        "segment, and comes out short when the server sent anything before reading it"
+    )
 
 
 # current->group_leader->comm: the process's name, as /proc/PID/comm shows it. The calling
@@ -250,8 +263,13 @@ class SocketProbe(AttachedProbe):
         return flags + [flag for flags, _ in self._kernel_offsets() for flag in flags]
 
     def _kernel_offsets(self) -> list[tuple[list[str], str | None]]:
-        """(flags, why not) for each part that reads kernel structs (offsets from BTF)."""
-        return [tcp_seq_cflags(), *([process_name_cflags()] if self.comm_prefix else [])]
+        """(flags, why not) for each part that needs something of this kernel: offsets of
+        its structs (from BTF), a tracepoint."""
+        return [
+            tcp_seq_cflags(),
+            tcp_arrival_cflags(),
+            *([process_name_cflags()] if self.comm_prefix else []),
+        ]
 
     def _source(self) -> str:
         # tls.c is compiled in the same unit as socket.c (shared maps; see socket.c).
