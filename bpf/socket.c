@@ -455,11 +455,19 @@ TRACEPOINT_PROBE(tcp, tcp_probe)
 	u64 *since = zt_tcp_unread.lookup(&sk);
 	if (!since || *since)
 		return 0; /* not followed, or older unread bytes are waiting */
-	u32 copied = 0, rcv_nxt = 0;
+	u32 copied = 0, rcv_nxt = 0, seq = 0, end_seq = 0;
+	u64 cb = (u64)args->skbaddr + ZT_OFF_SKB_CB;
 	if (bpf_probe_read_kernel(&copied, sizeof(copied), (void *)(sk + ZT_OFF_TCP_COPIED_SEQ)) ||
 	    bpf_probe_read_kernel(&rcv_nxt, sizeof(rcv_nxt), (void *)(sk + ZT_OFF_TCP_RCV_NXT)) ||
-	    copied != rcv_nxt)
+	    bpf_probe_read_kernel(&seq, sizeof(seq), (void *)(cb + ZT_OFF_TCP_CB_SEQ)) ||
+	    bpf_probe_read_kernel(&end_seq, sizeof(end_seq), (void *)(cb + ZT_OFF_TCP_CB_END_SEQ)))
+		return 0;
+	if (copied != rcv_nxt)
 		return 0; /* unread bytes from before it was followed: their time is not known */
+	/* Only a segment with the next bytes starts them: a repeat of bytes already received (a
+	 * retransmission, a tail loss probe) or one past a hole adds nothing readable now. */
+	if ((s32)(seq - rcv_nxt) > 0 || (s32)(end_seq - rcv_nxt) <= 0)
+		return 0;
 	*since = bpf_ktime_get_ns();
 	return 0;
 }

@@ -10,7 +10,12 @@ import pytest
 from zerotrace_collector.probes import socket as socket_probe
 from zerotrace_collector.probes.kernel_btf import VMLINUX, BtfError, KernelBtf
 from zerotrace_collector.probes.python_stack import python_stack_cflags
-from zerotrace_collector.probes.socket import TCP_SEQ_MEMBERS, tcp_arrival_cflags, tcp_seq_cflags
+from zerotrace_collector.probes.socket import (
+    TCP_ARRIVAL_MEMBERS,
+    TCP_SEQ_MEMBERS,
+    tcp_arrival_cflags,
+    tcp_seq_cflags,
+)
 
 INT, PTR, STRUCT, UNION, ENUM, FUNC_PROTO = 1, 2, 4, 5, 6, 13
 
@@ -110,14 +115,19 @@ def test_tcp_seq_flags_without_btf_are_empty_with_a_reason(tmp_path: Path) -> No
     assert flags == [] and note is not None and note.startswith("tcp_seq off: cannot read")
 
 
-def test_unread_arrivals_are_followed_only_where_tcp_probe_exists(
-    monkeypatch: pytest.MonkeyPatch,
+def test_unread_arrivals_are_followed_only_where_tcp_probe_and_btf_are(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(socket_probe, "tracepoint_exists", lambda category, event: True)
-    assert tcp_arrival_cflags() == (["-DZT_HAVE_TCP_PROBE=1"], None)
     monkeypatch.setattr(socket_probe, "tracepoint_exists", lambda category, event: False)
     flags, note = tcp_arrival_cflags()
     assert flags == [] and note is not None and "tcp:tcp_probe" in note
+    monkeypatch.setattr(socket_probe, "tracepoint_exists", lambda category, event: True)
+    flags, note = tcp_arrival_cflags(tmp_path / "none")
+    assert flags == [] and note is not None and note.startswith("cannot read")
+    if VMLINUX.exists():
+        flags, note = tcp_arrival_cflags()
+        assert note is None and flags[0] == "-DZT_HAVE_TCP_PROBE=1"
+        assert [f.split("=")[0] for f in flags[1:]] == [f"-D{m}" for m, _, _ in TCP_ARRIVAL_MEMBERS]
 
 
 @pytest.mark.skipif(not VMLINUX.exists(), reason="this kernel publishes no BTF")

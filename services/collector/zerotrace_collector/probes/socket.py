@@ -107,16 +107,29 @@ def tcp_seq_cflags(btf_path: Path = VMLINUX) -> tuple[list[str], str | None]:
     return flags, (f"tcp_seq off: {why}" if why else None)
 
 
-def tcp_arrival_cflags() -> tuple[list[str], str | None]:
-    """The -D flag that lets socket.c follow when a socket's unread bytes arrived (the
+# A segment's sequence numbers (TCP_SKB_CB(skb)): whether it brings new bytes or repeats
+# some (a retransmission, a loss probe), at tcp:tcp_probe.
+TCP_ARRIVAL_MEMBERS: Final = (
+    ("ZT_OFF_SKB_CB", "sk_buff", "cb"),
+    ("ZT_OFF_TCP_CB_SEQ", "tcp_skb_cb", "seq"),
+    ("ZT_OFF_TCP_CB_END_SEQ", "tcp_skb_cb", "end_seq"),
+)
+
+
+def tcp_arrival_cflags(btf_path: Path = VMLINUX) -> tuple[list[str], str | None]:
+    """The -D flags that let socket.c follow when a socket's unread bytes arrived (the
     tcp:tcp_probe tracepoint, socket.c zt_tcp_unread), or none and one line saying what that
     costs: waits then come from tcp_mstamp, which a send before the read moves forward."""
-    if tracepoint_exists("tcp", "tcp_probe"):
-        return ["-DZT_HAVE_TCP_PROBE=1"], None
-    return [], (
-        "no tcp:tcp_probe tracepoint: a request's wait is taken from the socket's last "
-        "segment, and comes out short when the server sent anything before reading it"
+    cost = (
+        "a request's wait is taken from the socket's last segment, and comes out short when "
+        "the server sent anything before reading it"
     )
+    if not tracepoint_exists("tcp", "tcp_probe"):
+        return [], f"no tcp:tcp_probe tracepoint: {cost}"
+    flags, why = offset_cflags(TCP_ARRIVAL_MEMBERS, btf_path)
+    if why:
+        return [], f"{why}: {cost}"
+    return ["-DZT_HAVE_TCP_PROBE=1", *flags], None
 
 
 # current->group_leader->comm: the process's name, as /proc/PID/comm shows it. The calling
