@@ -426,14 +426,6 @@ static __always_inline int zt_read_ptr(u64 *out, u64 base, u64 offset)
 	       *out;
 }
 
-/*
- * The sequence number of the next byte this call moves: tcp_sock.write_seq for a send
- * (the first byte it queues), tcp_sock.copied_seq for a receive (the first byte it
- * returns), read at syscall entry through current->files->fdt->fd[fd]->private_data->sk.
- * A concurrent call on the same socket from another thread can move them first: rare,
- * and the sequence number is then off, not the bytes. 0 when any link is missing or the
- * fd is not a socket (its socket->file does not point back at the file).
- */
 #if ZT_HAVE_TCP_PROBE
 /*
  * When the oldest unread bytes of a socket arrived (CLOCK_MONOTONIC ns; 0: none unread, or
@@ -492,6 +484,14 @@ static __always_inline void zt_tcp_unread_take(u64 sk, u8 direction, int queued,
 }
 #endif
 
+/*
+ * The sequence number of the next byte this call moves: tcp_sock.write_seq for a send
+ * (the first byte it queues), tcp_sock.copied_seq for a receive (the first byte it
+ * returns), read at syscall entry through current->files->fdt->fd[fd]->private_data->sk.
+ * A concurrent call on the same socket from another thread can move them first: rare,
+ * and the sequence number is then off, not the bytes. 0 when any link is missing or the
+ * fd is not a socket (its socket->file does not point back at the file).
+ */
 /* The TCP sequence number of the call's first byte; for a read whose bytes are already
  * queued (rcv_nxt past copied_seq) also when they arrived (ns of CLOCK_MONOTONIC), from
  * which the caller knows how long they waited: the start of the unread bytes where

@@ -110,10 +110,11 @@ _Static_assert(sizeof(struct zt_file_open_event) == 320,
  *       64   16 comm
  *       80    4 tcp_seq        with ZT_SOCK_F_TCP_SEQ: sequence number of the call's first
  *                              byte (syscalls: write_seq / copied_seq at entry)
- *       84    4 waited_us      with ZT_SOCK_F_WAITED (reads): microseconds from the socket's
- *                              last received segment (tcp_sock.tcp_mstamp) to the call's
- *                              entry: how long a request waited before a busy server read it
- *                              (TLS reads: from the arrival of the ciphertext they decrypt)
+ *       84    4 waited_us      with ZT_SOCK_F_WAITED (reads): microseconds from the arrival
+ *                              of the socket's oldest unread bytes (tcp:tcp_probe; without it
+ *                              its last segment, tcp_sock.tcp_mstamp) to the call's entry: how
+ *                              long a request waited before a busy server read it (TLS reads:
+ *                              from the arrival of the ciphertext they decrypt)
  *       88                     header total; payload follows
  */
 struct zt_sock_data_hdr {
