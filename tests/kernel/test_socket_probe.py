@@ -32,8 +32,9 @@ from zerotrace_collector.probes.event_layout import (
     SockOp,
     Source,
 )
-from zerotrace_collector.probes.socket import SocketProbe, tcp_arrival_cflags
+from zerotrace_collector.probes.socket import SocketProbe
 from zerotrace_collector.probes.socket_decode import ConnSample, SocketDataSample, SocketSample
+from zerotrace_collector.probes.socket_kernel import tcp_arrival_cflags
 
 pytestmark = pytest.mark.kernel
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from zerotrace_collector.probes import socket as socket_probe
+from zerotrace_collector.probes import socket_kernel
 from zerotrace_collector.probes.kernel_btf import VMLINUX, BtfError, KernelBtf
 from zerotrace_collector.probes.python_stack import python_stack_cflags
-from zerotrace_collector.probes.socket import (
+from zerotrace_collector.probes.socket_kernel import (
     TCP_ARRIVAL_MEMBERS,
     TCP_SEQ_MEMBERS,
     tcp_arrival_cflags,
@@ -118,10 +118,10 @@ def test_tcp_seq_flags_without_btf_are_empty_with_a_reason(tmp_path: Path) -> No
 def test_unread_arrivals_are_followed_only_where_tcp_probe_and_btf_are(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(socket_probe, "tracepoint_exists", lambda category, event: False)
+    monkeypatch.setattr(socket_kernel, "tracepoint_exists", lambda category, event: False)
     flags, note = tcp_arrival_cflags()
     assert flags == [] and note is not None and "tcp:tcp_probe" in note
-    monkeypatch.setattr(socket_probe, "tracepoint_exists", lambda category, event: True)
+    monkeypatch.setattr(socket_kernel, "tracepoint_exists", lambda category, event: True)
     flags, note = tcp_arrival_cflags(tmp_path / "none")
     assert flags == [] and note is not None and note.startswith("cannot read")
     if VMLINUX.exists():

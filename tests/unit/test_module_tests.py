@@ -59,6 +59,9 @@ TESTED_UNDER: dict[str, str] = {
         "tests/unit/test_kernel_btf.py"
     ),
     "services/collector/zerotrace_collector/probes/socket.py": "tests/kernel/test_socket_probe.py",
+    "services/collector/zerotrace_collector/probes/socket_kernel.py": (
+        "tests/unit/test_kernel_btf.py"
+    ),
     # Both ways of reading the ring (mapped, libbpf) and the budget edge need a real program.
     "services/collector/zerotrace_collector/probes/socket_ring.py": (
         "tests/kernel/test_socket_shedding.py"
