@@ -23,6 +23,7 @@ from typing import Any
 
 from tests.e2e.llm_fixtures import free_port
 from tests.ebpf_required import require_ebpf
+from tests.harness import gpu_app
 from tests.harness.fake_cuda.build import build_fake_cuda
 from tests.harness.services import Service
 from zerotrace import names
@@ -187,6 +188,24 @@ def observe(
     return Observed(node, graphs, embedded)
 
 
+def wait_for_calls(kafka: str, pid: int, api: str, count: int, limit_s: float = 60) -> None:
+    """Until raw.gpu holds *count* calls of *api* made by *pid*."""
+    codec = AvroCodec(load_schema_dir(), KafkaSchemaRegistry(kafka))
+    deadline = time.monotonic() + limit_s
+    while True:
+        seen = 0
+        for message in read_topic_from_start(kafka, names.RAW_GPU.name):
+            try:
+                _record, datum = codec.decode(message.value)
+            except PoisonInput:
+                continue
+            seen += datum.get("pid") == pid and datum.get("api") == api
+        if seen >= count:
+            return
+        assert time.monotonic() < deadline, f"raw.gpu holds {seen} of {count} {api} of {pid}"
+        time.sleep(0.5)
+
+
 def node_of(codec: AvroCodec, value: bytes) -> str | None:
     """The node of a raw record; None for poison others left on the topic (dead letters)."""
     try:
@@ -246,7 +265,10 @@ def test_gpu_memory_and_launches_through_both_paths(
         while not truth.exists():
             assert app.poll() is None and time.monotonic() < deadline, "gpu_app did not finish"
             time.sleep(0.05)
-        time.sleep(0.5)  # the last events out of the ring buffer
+        # The collector names Python frames from the live process: the app must outlive the
+        # reading of its last calls. Waited for on raw.gpu, not for a time (0.5 s was not
+        # always enough on a busy machine, at the collector's CPU budget).
+        wait_for_calls(kafka_bootstrap, app.pid, "cuLaunchKernel", gpu_app.DRIVER_LAUNCHES)
         done.write_text("exit")
         assert app.wait(30) == 0
 
