@@ -1,5 +1,5 @@
 """zerotrace services as child processes (`python -m zerotrace_cli SERVICE`), each with its log
-file, for the tests that run the distributed mode."""
+file, for the tests that run the distributed mode; and `reap`, for any test's child processes."""
 
 from __future__ import annotations
 
@@ -44,3 +44,17 @@ class Service:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return -9
+
+
+def reap(*children: subprocess.Popen[str] | None) -> None:
+    """Kills what still runs of *children* (None: never started), waits for each and closes
+    its pipes."""
+    for child in children:
+        if child is None:
+            continue
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        for stream in (child.stdin, child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()

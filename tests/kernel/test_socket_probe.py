@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.ebpf_required import require_ebpf
+from tests.harness.services import reap
 from zerotrace_collector.cgroup import cgroup2_of_path, cgroup2_root
 from zerotrace_collector.probes.event_layout import (
     F_TCP_SEQ,
@@ -157,18 +158,6 @@ def _popen(code: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def _reap(*children: subprocess.Popen[str] | None) -> None:
-    for child in children:
-        if child is None:
-            continue
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-        for stream in (child.stdin, child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
-
-
 def _line(child: subprocess.Popen[str]) -> str:
     assert child.stdout is not None
     line = child.stdout.readline()
@@ -210,7 +199,7 @@ def test_round_trips_counted_exactly(probe: SocketProbe) -> None:
         ]
         assert server.wait(10) == 0 and client.wait(10) == 0
     finally:
-        _reap(server, client)
+        reap(server, client)
     assert probe.lost == lost_before, "kernel dropped events: host too busy to verify counts"
     assert probe.malformed == malformed_before, probe.last_malformed
 
@@ -308,7 +297,7 @@ def test_port_filter_drops_other_connections() -> None:
             samples.extend(filtered.poll(50))
     finally:
         filtered.close()
-        _reap(server, client)
+        reap(server, client)
     assert not [s for s in samples if s.pid in (server.pid, client.pid if client else 0)]
     assert filtered.filtered > 0
 
@@ -345,7 +334,7 @@ def _exchange_under(
             samples.extend(probe.poll(50))
     finally:
         probe.close()
-        _reap(server, client)
+        reap(server, client)
     data = [s for s in samples if isinstance(s, SocketDataSample) and s.pid in pids]
     return data, pids[0], pids[1]
 
@@ -456,7 +445,7 @@ def test_uvicorn_uvloop_server_and_httpx_client(probe: SocketProbe, tmp_path: Pa
     finally:
         server.terminate()
         server.wait(10)
-        _reap(server)
+        reap(server)
     srv = [s for s in samples if s.pid == server.pid]
     srv_data = [s for s in srv if isinstance(s, SocketDataSample)]
     assert [s.kind for s in srv if isinstance(s, ConnSample)][:1] == [ConnKind.ACCEPT]
@@ -521,7 +510,7 @@ def test_a_read_says_how_long_its_bytes_waited_in_the_socket() -> None:
         assert _line(app) == "done\n"
         samples = _poll_until(probe, lambda s: any(_is_read(x, b"GET /sent-") for x in s))
     finally:
-        _reap(app)
+        reap(app)
         probe.close()
     [read] = [s for s in samples if isinstance(s, SocketDataSample) and _is_read(s, b"GET /late")]
     assert read.waited_us is not None and 280_000 <= read.waited_us <= 600_000, read.waited_us

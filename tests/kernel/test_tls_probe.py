@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.ebpf_required import ebpf_missing, require
+from tests.harness.services import reap
 from zerotrace_collector.probes.event_layout import ConnKind, Direction, Source
 from zerotrace_collector.probes.socket import SocketProbe
 from zerotrace_collector.probes.socket_decode import ConnSample, SocketDataSample, SocketSample
@@ -214,18 +215,6 @@ def _popen(code: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def _end(*children: subprocess.Popen[str] | None) -> None:
-    for child in children:
-        if child is None:
-            continue
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-        for stream in (child.stdin, child.stdout):
-            if stream is not None:
-                stream.close()
-
-
 def _line(child: subprocess.Popen[str]) -> str:
     assert child.stdout is not None
     line = child.stdout.readline()
@@ -257,7 +246,7 @@ def test_tls_plaintext_seen_and_ciphertext_marked(
         while time.monotonic() < end:
             samples.extend(probe.poll(20))
     finally:
-        _end(server, client)
+        reap(server, client)
     mine = [s for s in samples if s.pid in pids]
     tls = [s for s in mine if isinstance(s, SocketDataSample) and s.source is Source.TLS]
     c_out = [s for s in tls if s.pid == client.pid and s.direction is Direction.EGRESS]
@@ -302,7 +291,7 @@ def test_ciphertext_dropped_by_default(cert: tuple[Path, Path]) -> None:
             samples.extend(p.poll(50))
     finally:
         p.close()
-        _end(server, client)
+        reap(server, client)
     pids = {server.pid, client.pid if client else 0}
     data = [s for s in samples if s.pid in pids and isinstance(s, SocketDataSample)]
     assert data and all(s.source is Source.TLS for s in data)
@@ -331,7 +320,7 @@ def test_memory_bio_ssl_objects_at_a_reused_address_are_bound_to_their_own_conne
             assert time.monotonic() < deadline, "the server's TLS reads did not arrive"
             samples.extend(probe.poll(50))
     finally:
-        _end(server, client)
+        reap(server, client)
     accepts = [
         s for s in samples
         if s.pid == server.pid and isinstance(s, ConnSample) and s.kind is ConnKind.ACCEPT
