@@ -24,9 +24,10 @@ from zerotrace.bus import Message
 from zerotrace.codec import AvroCodec
 from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir
-from zerotrace.socket_batch import socket_batch_of, socket_data_of
+from zerotrace.socket_batch import socket_batch_of
 from zerotrace_correlator.http_llm_step import HttpLlmCorrelator
 from zerotrace_correlator.pipeline import CorrelatorStep
+from zerotrace_correlator.socket_call import calls_of_batch
 
 
 def sse_chunk(i: int) -> bytes:
@@ -161,18 +162,20 @@ def main() -> None:
 
     correlator = HttpLlmCorrelator()
     derived: list[tuple[str, dict[str, Any]]] = []
+    decoded: list[tuple[str, list[Any]]] = []
+
+    def decode() -> None:
+        for value in values:
+            datum = codec.decode(value)[1]
+            decoded.append((datum["conn_id"], calls_of_batch(datum)))
 
     def correlate() -> None:
-        for record in records:
-            derived.extend(correlator.feed_socket(record))
+        for conn_id, calls in decoded:
+            derived.extend(correlator.feed_calls(conn_id, calls))
         derived.extend(correlator.flush())
 
-    stages = {
-        "decode (Avro SocketBatch -> SocketData records)": timed(
-            lambda: [socket_data_of(codec.decode(v)[1]) for v in values]
-        ),
-        "correlate (HttpLlmCorrelator)": timed(correlate),
-    }
+    stages = {"decode (Avro SocketBatch -> calls)": timed(decode)}
+    stages["correlate (HttpLlmCorrelator)"] = timed(correlate)
     assert len(derived) >= args.streams, f"expected >= {args.streams} records, got {len(derived)}"
     stages["encode (Avro derived records)"] = timed(
         lambda: [codec.encode(record, datum) for record, datum in derived]

@@ -22,6 +22,7 @@ from zerotrace.errors import PoisonInput
 __all__ = [
     "CALL_FIELDS",
     "CONN_FIELDS",
+    "call_columns",
     "socket_batch_of",
     "socket_data_of",
     "socket_event_id",
@@ -72,15 +73,22 @@ def socket_event_id(
     return f"{node_id}/{pid}/{tid}/{start_ns}/{_ID_SUFFIX[direction, source]}"
 
 
-def socket_data_of(batch: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The SocketData records a SocketBatch stands for, in its calls' order. Raises
-    PoisonInput when its call columns differ in length (no writer of ours makes one)."""
+def call_columns(batch: Mapping[str, Any]) -> list[Sequence[Any]]:
+    """A SocketBatch's call columns in CALL_FIELDS order. Raises PoisonInput when they differ
+    in length (no writer of ours makes one)."""
     calls = batch["calls"]
     columns = [calls[name] for name in CALL_FIELDS]
     count = len(columns[0])
     if any(len(column) != count for column in columns):
         lengths = ", ".join(f"{n} {len(c)}" for n, c in zip(CALL_FIELDS, columns, strict=True))
         raise PoisonInput(f"SocketBatch call columns differ in length ({lengths})")
+    return columns
+
+
+def socket_data_of(batch: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The SocketData records a SocketBatch stands for, in its calls' order. Raises
+    PoisonInput as `call_columns` does."""
+    columns = call_columns(batch)
     conn = {name: batch[name] for name in CONN_FIELDS}
     node_id, pid = conn["node_id"], conn["pid"]
     out = []

@@ -16,6 +16,7 @@ from zerotrace_correlator.conversation import (
 )
 from zerotrace_correlator.http1 import MAX_HEADER_BYTES
 from zerotrace_correlator.openai_stream import MAX_JSON_BODY_BYTES
+from zerotrace_correlator.socket_call import call_of_record
 from zerotrace_correlator.sse import MAX_EVENT_BYTES
 
 GET = b"GET /health HTTP/1.1\r\nHost: h\r\n\r\n"
@@ -30,7 +31,7 @@ def conversation() -> tuple[Conversation, Counter[str]]:
 def feed(conv: Conversation, *records: dict[str, object]) -> list[Exchange]:
     out: list[Exchange] = []
     for record in records:
-        out += conv.feed(record)
+        out += conv.feed(call_of_record(record))
     return out
 
 
@@ -288,7 +289,7 @@ def stream_through(
     peak = 0
     while sent < total:
         piece = body_record[: min(RECORD, total - sent)]
-        out += conv.feed(sock("INGRESS", piece, t))
+        out += conv.feed(call_of_record(sock("INGRESS", piece, t)))
         sent, t = sent + len(piece), t + 1
         peak = max(peak, conv.buffered_bytes())
         assert conv.buffered_bytes() <= conv.max_buffered_bytes()
@@ -368,7 +369,9 @@ def test_oversized_headers_count_as_a_limit_hit() -> None:
 def test_any_records_never_raise(records: list[tuple[str, bytes, int]]) -> None:
     conv, _ = conversation()
     for i, (direction, payload, extra) in enumerate(records):
-        conv.feed(sock(direction, payload, i, size=len(payload) + extra % 3 * extra))
+        conv.feed(
+            call_of_record(sock(direction, payload, i, size=len(payload) + extra % 3 * extra))
+        )
         assert conv.buffered_bytes() <= conv.max_buffered_bytes()
     conv.close("connection closed")
 

@@ -41,6 +41,7 @@ from zerotrace_correlator.openai_stream import (
     endpoint_for,
     parse_request_body,
 )
+from zerotrace_correlator.socket_call import SocketCall
 
 # Pipelined requests waiting for responses. Clients pipeline a handful at most; past this the
 # peer is not a real HTTP client and we stop rather than hold up to 1 MiB of body for each.
@@ -50,12 +51,13 @@ MAX_PENDING_REQUESTS = 32
 MAX_SOURCE_EVENT_IDS = 64
 
 CLIENT, SERVER, NETWORK = "CLIENT", "SERVER", "NETWORK"
-# What an exchange keeps of the record that started it (not the payload: an idle keep-alive
+# What an exchange keeps of the call that started it (not the payload: an idle keep-alive
 # connection would otherwise hold a captured payload until its next request).
 ORIGIN_FIELDS = (
     "event_id", "node_id", "pid", "tid", "process_name", "container_id",
     "local_addr", "local_port", "remote_addr", "remote_port",
 )  # fmt: skip
+_CONN_ORIGIN_FIELDS = tuple(f for f in ORIGIN_FIELDS if f not in ("event_id", "tid"))
 _LIMIT_ERRORS = {
     "header section too large",
     "trailer section too large",
@@ -93,7 +95,7 @@ class Exchange:
     gap: bool = False  # the capture missed bytes of it (framing may have survived)
     source_event_ids: list[str] = field(default_factory=list)
     source_events: int = 0
-    _last_event_id: str | None = field(default=None, repr=False)
+    _last_call: SocketCall | None = field(default=None, repr=False)
     _body: bytearray = field(default_factory=bytearray, repr=False)
     _analyzer: ResponseAnalyzer | None = field(default=None, repr=False)
 
@@ -172,15 +174,16 @@ class Conversation:
             held += self._in_response._analyzer.buffered_bytes()
         return held
 
-    def feed(self, record: Mapping[str, Any]) -> list[Exchange]:
-        """One raw.socket record of this connection, in order. Returns finished exchanges."""
-        size, payload = int(record["bytes"]), bytes(record["payload"])[: max(0, record["bytes"])]
+    def feed(self, call: SocketCall) -> list[Exchange]:
+        """One raw.socket call of this connection, in order. Returns finished exchanges."""
+        size, payload = call.size, call.payload
         if size <= 0:
             return []
-        direction, packet = record["direction"], record["source"] == "PACKET"
-        t = int(record["start_ns"] if direction == "EGRESS" or packet else record["end_ns"])
-        self.last_ns = max(self.last_ns, t)
-        lost = 0 if packet else self._bytes_lost_before(direction, record, size)
+        direction, packet = call.direction, call.source == "PACKET"
+        t = call.start_ns if direction == "EGRESS" or packet else call.end_ns
+        if t > self.last_ns:
+            self.last_ns = t
+        lost = 0 if packet or call.tcp_seq is None else self._bytes_lost_before(call)
         if lost < 0:
             self.counters[c.RECORDS_REPEATED] += 1
             return []
@@ -196,14 +199,20 @@ class Conversation:
         requests = direction == self._request_direction
         parser = self._requests if requests else self._responses
         if requests and not parser.in_message:
-            self._origin = _origin_of(record)
+            self._origin = _origin_of(call)
             if self.observation_point == SERVER:
-                t = _arrived(record, t)
+                t = _arrived(call, t)
         handle = self._on_request_event if requests else self._on_response_event
-        events = parser.skip(lost, t, _unseen(lost)) if lost else []
-        for event in events + parser.feed(payload, t) + parser.skip(missing, t):
+        if lost:  # the parser skips them first, then reads what came after
+            events = parser.skip(lost, t, _unseen(lost))
+            events += parser.feed(payload, t)
+        else:
+            events = parser.feed(payload, t)
+        if missing > 0:
+            events += parser.skip(missing, t)
+        for event in events:
             if self.gave_up is None:
-                handle(event, record, out)
+                handle(event, call, out)
         if self.gave_up is None and parser.error is not None:
             limit = parser.error in _LIMIT_ERRORS
             self.counters[c.LIMIT_HEADER_BYTES if limit else c.PARSE_ERRORS] += 1
@@ -213,16 +222,13 @@ class Conversation:
             out += self._give_up("protocol upgrade")
         return out
 
-    def _bytes_lost_before(self, direction: str, record: Mapping[str, Any], size: int) -> int:
+    def _bytes_lost_before(self, call: SocketCall) -> int:
         """Bytes this direction moved, by TCP sequence numbers, between the previous syscall
         record of the same thread and this one; -1 when this one holds only bytes already
-        seen (a peek read again, a replayed event). 0 without sequence numbers, and when the
-        thread changes: calls of two threads on one socket can end in either order. Packets
-        need none of this: the reassembly reports its holes as gap records."""
-        raw_seq, tid = record.get("tcp_seq"), int(record.get("tid") or 0)
-        if raw_seq is None:
-            return 0
-        seq = int(raw_seq)
+        seen (a peek read again, a replayed event). 0 when the thread changes: calls of two
+        threads on one socket can end in either order. Called only for calls with sequence
+        numbers; packets need none of this: the reassembly reports its holes as gap records."""
+        seq, tid, size, direction = int(call.tcp_seq or 0), call.tid, call.size, call.direction
         end = (seq + size) % 2**32
         previous = self._next_seq.get(direction)
         if previous is None or previous[0] != tid:
@@ -276,15 +282,13 @@ class Conversation:
 
     # -- requests -------------------------------------------------------------------------
 
-    def _on_request_event(
-        self, event: Event, record: Mapping[str, Any] | None, out: list[Exchange]
-    ) -> None:
+    def _on_request_event(self, event: Event, call: SocketCall | None, out: list[Exchange]) -> None:
         if isinstance(event, MessageHead):
             if len(self._pending) >= MAX_PENDING_REQUESTS:
                 self.counters[c.LIMIT_PENDING_REQUESTS] += 1
                 out += self._give_up("too many pipelined requests")
                 return
-            origin = self._origin or _origin_of(record or {})
+            origin = self._origin or ({} if call is None else _origin_of(call))
             self._origin = origin  # a request starting later in the same record
             new = Exchange(
                 conn_id=self.conn_id,
@@ -305,7 +309,7 @@ class Conversation:
         ex = self._in_request
         if ex is None:
             return
-        self._touch(ex, record)
+        self._touch(ex, call)
         if isinstance(event, BodyPiece):
             ex.request_body_bytes += len(event.data)
             ex.request_end_ns = event.time_ns
@@ -334,7 +338,7 @@ class Conversation:
     # -- responses ------------------------------------------------------------------------
 
     def _on_response_event(
-        self, event: Event, record: Mapping[str, Any] | None, out: list[Exchange]
+        self, event: Event, call: SocketCall | None, out: list[Exchange]
     ) -> None:
         if isinstance(event, MessageHead):
             self._interim = event.status < 200 and event.status != 101
@@ -358,7 +362,7 @@ class Conversation:
         ex = self._in_response
         if ex is None:
             return
-        self._touch(ex, record)
+        self._touch(ex, call)
         analyzer = ex._analyzer
         if isinstance(event, BodyPiece):
             ex.response_body_bytes += len(event.data)
@@ -423,29 +427,31 @@ class Conversation:
                 ex.error = reason
             self._finish(ex, False, reason, out)
 
-    def _touch(self, ex: Exchange, record: Mapping[str, Any] | None) -> None:
-        if record is None:
+    def _touch(self, ex: Exchange, call: SocketCall | None) -> None:
+        """*call* carried bytes of *ex* (one call may carry several events of it)."""
+        if call is None or ex._last_call is call:
             return
-        event_id = str(record.get("event_id", ""))
-        if ex._last_event_id == event_id:
-            return
-        ex._last_event_id = event_id
+        ex._last_call = call
         ex.source_events += 1
         if len(ex.source_event_ids) < MAX_SOURCE_EVENT_IDS:
-            ex.source_event_ids.append(event_id)
+            ex.source_event_ids.append(call.event_id)
         else:
             self.counters[c.LIMIT_SOURCE_EVENT_IDS] += 1
 
 
-def _origin_of(record: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: record[key] for key in ORIGIN_FIELDS if key in record}
+def _origin_of(call: SocketCall) -> dict[str, Any]:
+    conn = call.conn
+    origin = {key: conn[key] for key in _CONN_ORIGIN_FIELDS if key in conn}
+    origin["event_id"] = call.event_id
+    origin["tid"] = call.tid
+    return origin
 
 
-def _arrived(record: Mapping[str, Any], read_ns: int) -> int:
+def _arrived(call: SocketCall, read_ns: int) -> int:
     """When a request a server read had arrived: a busy server reads it late, and its client's
     time to first token counts that wait. The probe's waited_ns runs from the socket's last
     segment (received or sent), so it never makes the wait longer than it was."""
-    waited = record.get("waited_ns")
+    waited = call.waited_ns
     if waited is None or waited <= 0:
         return read_ns
-    return min(read_ns, int(record["start_ns"]) - int(waited))
+    return min(read_ns, call.start_ns - waited)

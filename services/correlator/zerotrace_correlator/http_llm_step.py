@@ -17,6 +17,7 @@ from zerotrace.holds import Holds
 from zerotrace_correlator import http_counters as c
 from zerotrace_correlator.conversation import Conversation, Exchange
 from zerotrace_correlator.exchange_records import http_span, llm_request
+from zerotrace_correlator.socket_call import SocketCall, call_of_record
 
 # Connections tracked at once. An idle tracked connection costs about 3.5 KiB (measured with
 # tracemalloc), so the cap is about 230 MiB of idle state; a busy gateway holds tens of
@@ -67,7 +68,10 @@ class HttpLlmCorrelator:
 
     def feed_socket(self, record: Mapping[str, Any]) -> list[Output]:
         """One zerotrace.raw.SocketData datum."""
-        conn_id = str(record["conn_id"])
+        return self.feed_calls(str(record["conn_id"]), [call_of_record(record)])
+
+    def feed_calls(self, conn_id: str, calls: list[SocketCall]) -> list[Output]:
+        """Calls of one connection, in order (a zerotrace.raw.SocketBatch's, say)."""
         out: list[Output] = []
         conv = self._conns.get(conn_id)
         if conv is None:
@@ -79,11 +83,15 @@ class HttpLlmCorrelator:
             conv = self._conns[conn_id] = Conversation(conn_id, self.counters)
         else:
             self._conns.move_to_end(conn_id)
-        out += _records(conv.feed(record))
-        if conv.at_rest:
-            self.holds.release((BUSY, conn_id))
-        else:
-            self.holds.claim((BUSY, conn_id), conv.last_ns)
+        key = (BUSY, conn_id)
+        for call in calls:
+            done = conv.feed(call)
+            if done:
+                out += _records(done)
+            if conv.at_rest:
+                self.holds.release(key)
+            else:
+                self.holds.claim(key, conv.last_ns)
         return out
 
     def _forget(self, conn_id: str) -> None:

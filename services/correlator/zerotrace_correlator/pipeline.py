@@ -18,10 +18,10 @@ from zerotrace.bus import Message
 from zerotrace.codec import AvroCodec
 from zerotrace.deadletter import dead_letter
 from zerotrace.errors import PoisonInput
-from zerotrace.socket_batch import socket_data_of
 from zerotrace.step import Held, Output, StepCounters
 from zerotrace_correlator.fileio_spans import file_open_span
 from zerotrace_correlator.http_llm_step import HttpLlmCorrelator
+from zerotrace_correlator.socket_call import calls_of_batch
 
 CONSUMER = names.GROUP_CORRELATOR
 INPUT_TOPICS = (names.RAW_FILEIO.name, names.RAW_SOCKET.name, names.RAW_CONN.name)
@@ -121,10 +121,9 @@ class CorrelatorStep:
         if record == names.SOCKET_BATCH_RECORD:
             # One connection's calls: time moves once, after them (as for one call), so a
             # grace or timeout that falls inside the batch cannot split the connection.
-            derived, last_ns = [], 0
-            for call in socket_data_of(datum):
-                derived += self.http.feed_socket(call)
-                last_ns = max(last_ns, int(call["end_ns"]))
+            calls = calls_of_batch(datum)
+            derived = self.http.feed_calls(str(datum["conn_id"]), calls)
+            last_ns = max((call.end_ns for call in calls), default=0)
             derived += self._advance(last_ns, source)
         elif record == names.RAW_SOCKET.record:
             derived = self.http.feed_socket(datum)
