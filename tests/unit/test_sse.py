@@ -103,3 +103,41 @@ def test_resync_drops_the_damaged_event_and_resumes_at_the_next() -> None:
     decoder.feed(b"data: a\n", 3)
     decoder.resync()
     assert decoder.feed(b"data: fresh\n\n", 4) == [SseEvent("fresh", "", 4)]
+
+
+SSE_PARTS = st.sampled_from(
+    [
+        b'data: {"t": 1}\n\n',  # a whole event in one piece: the decoder's fast path
+        b"data: " + b"y" * 40 + b"\n\n",  # past the small limit below
+        b"data: two\n",
+        b"event: named\n",
+        b"event: " + b"z" * 40 + b"\n",  # a line cut at the limit flags the next event
+        b": comment\n",
+        b"\n",
+        b"data: cr\r\n\r\n",
+        b"data:  spaced\n\n",
+        b"\xef\xbb\xbfdata: bom\n\n",
+        b"data: cut",
+        b"RESYNC",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(SSE_PARTS, max_size=16))
+def test_whole_event_pieces_decode_as_the_same_bytes_fed_one_at_a_time(
+    parts: list[bytes],
+) -> None:
+    by_piece, by_byte = SseDecoder(max_event_bytes=30), SseDecoder(max_event_bytes=30)
+    got: list[SseEvent] = []
+    want: list[SseEvent] = []
+    for t, part in enumerate(parts):
+        if part == b"RESYNC":
+            by_piece.resync()
+            by_byte.resync()
+            continue
+        got += by_piece.feed(part, t)
+        for i in range(len(part)):
+            want += by_byte.feed(part[i : i + 1], t)
+    assert got == want
+    assert by_piece.truncated_events == by_byte.truncated_events

@@ -46,6 +46,7 @@ _RESPONSES_CONTENT = {
 _RESPONSES_FINAL = {"response.completed", "response.incomplete", "response.failed"}
 _MODEL_PATTERN = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.){1,256})"')
 _STREAM_PATTERN = re.compile(rb'"stream"\s*:\s*(true|false)')
+_JSON = json.JSONDecoder()
 
 
 def endpoint_for(method: str, target: str) -> str | None:
@@ -191,10 +192,12 @@ class ResponseAnalyzer:
             self._done = True
             return
         try:
-            obj = json.loads(data)
+            # json.loads without its two wrapper calls (this runs once per token); stripped
+            # already, so only what follows the value is left to check.
+            obj, end = _JSON.raw_decode(data)
         except ValueError:
             return  # keep-alive noise or an event cut at the size limit
-        if not isinstance(obj, dict):
+        if end != len(data) or not isinstance(obj, dict):
             return
         if self.endpoint == ENDPOINT_RESPONSES:
             self._on_responses_event(obj, event.event, event.time_ns)
@@ -213,7 +216,9 @@ class ResponseAnalyzer:
                 content |= _has_chat_output(choice.get(key))
             else:
                 content |= bool(_str(choice.get("text")))
-            self._finish = _str(choice.get("finish_reason")) or self._finish
+            finish = choice.get("finish_reason")
+            if isinstance(finish, str) and finish:
+                self._finish = finish
         return content
 
     def _on_responses_event(self, obj: dict[str, Any], name: str, time_ns: int) -> None:
@@ -244,9 +249,11 @@ class ResponseAnalyzer:
             self._errors.append(f"stream error: {_message(response)}")
 
     def _take_common(self, obj: dict[str, Any]) -> None:
-        self._model = _str(obj.get("model")) or self._model
-        if isinstance(obj.get("usage"), dict):
-            self._usage = obj["usage"]
+        model, usage = obj.get("model"), obj.get("usage")
+        if isinstance(model, str) and model:
+            self._model = model
+        if isinstance(usage, dict):
+            self._usage = usage
         if obj.get("error") or obj.get("object") == "error":
             self._errors.append(f"stream error: {_message(obj)}")
 
@@ -275,12 +282,11 @@ class ResponseAnalyzer:
 def _has_chat_output(delta: Any) -> bool:
     if not isinstance(delta, dict):
         return False
-    # Spelled out, not any() over the keys: this runs once per token of every stream.
-    if (
-        _str(delta.get("content"))
-        or _str(delta.get("reasoning_content"))
-        or _str(delta.get("reasoning"))
-    ):
+    # Spelled out, not any() over the keys or _str: this runs once per token of every stream.
+    content = delta.get("content")
+    if isinstance(content, str) and content:
+        return True
+    if _str(delta.get("reasoning_content")) or _str(delta.get("reasoning")):
         return True
     calls = delta.get("tool_calls")
     for call in calls if isinstance(calls, list) else ():

@@ -52,6 +52,19 @@ class SseDecoder:
     def feed(self, data: bytes, time_ns: int) -> list[SseEvent]:
         out: list[SseEvent] = []
         if not self._line and not self._skip_lf and b"\r" not in data:
+            if (
+                data[:6] == b"data: "
+                and data[-2:] == b"\n\n"
+                and data.count(b"\n") == 2
+                and not (self._has_data or self._truncated or self._resyncing or self._after_gap)
+                and len(data) <= self._max
+            ):
+                # One whole event of one data line, nothing pending: what a streaming server
+                # writes per token. Taken without the line-by-line steps below (same result).
+                self._first_line = False
+                out.append(SseEvent(data[6:-2].decode("utf-8", "replace"), self._event, time_ns))
+                self._event = ""
+                return out
             # The common case (whole LF-ended lines, nothing pending): split them at once.
             lines = data.split(b"\n")
             rest = lines.pop()
