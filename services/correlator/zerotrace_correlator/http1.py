@@ -41,6 +41,7 @@ _STATUS_LINE = re.compile(rb"HTTP/(\d)\.(\d) (\d{3})(?: ([^\r\n]*))?")
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _HEX = re.compile(rb"[0-9A-Fa-f]+")
+_PLAIN_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,%d})\r?" % MAX_CHUNK_SIZE_DIGITS)
 
 
 @dataclass(frozen=True)
@@ -338,12 +339,15 @@ class Http1Parser:
         if len(self._buf) + end - pos > MAX_CHUNK_LINE_BYTES:
             self._fail("chunk-size line too long", t, out)
             return len(data)
-        self._buf += data[pos:end]
         if newline < 0:
+            self._buf += data[pos:end]
             return len(data)
-        while True:
-            size = self._chunk_size_field(bytes(self._buf), t, out)
+        line = data[pos:end]
+        if self._buf:  # the line began in an earlier record
+            line = bytes(self._buf + line)
             self._buf.clear()
+        while True:
+            size = self._chunk_size_field(line, t, out)
             if size is None:
                 return newline + 1
             start = newline + 1
@@ -357,9 +361,12 @@ class Http1Parser:
             if newline < 0:
                 self._state = _State.CHUNK_SIZE
                 return pos  # the next size line, if any, takes the general path
-            self._buf += data[pos:newline]
+            line = data[pos:newline]
 
     def _chunk_size_field(self, line: bytes, t: int, out: list[Event]) -> int | None:
+        plain = _PLAIN_CHUNK_SIZE.fullmatch(line)  # hex digits and CR: nearly every line
+        if plain is not None:
+            return int(plain.group(1), 16)
         size_field = line.split(b";", 1)[0].strip()
         if not _HEX.fullmatch(size_field) or len(size_field) > MAX_CHUNK_SIZE_DIGITS:
             self._fail("invalid chunk size", t, out)
