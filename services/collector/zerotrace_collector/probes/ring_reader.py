@@ -115,7 +115,7 @@ def pace_wait(now: float, walked_at: float, pace_s: float, timeout_s: float) -> 
     Why: under load a reader that takes the ring as soon as anything is there takes a few
     records per connection each time, and pays per take what a batch pays once (an Avro
     header and a Kafka message per connection). Measured with 32 busy connections: ~4 calls
-    per SocketBatch unpaced; paced at 50 ms, a few tens."""
+    per SocketBatch unpaced; paced (socket_ring.PACE_S), a few tens."""
     if timeout_s == 0 or pace_s <= 0:
         return 0.0
     rest = walked_at + pace_s - now
