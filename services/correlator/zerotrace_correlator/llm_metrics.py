@@ -39,16 +39,19 @@ class ContentTimeline:
         self.samples_dropped = 0
 
     def add(self, time_ns: int) -> None:
-        if self.last_ns is None:
+        # Spelled out (no max() calls): this runs once per token of every stream.
+        last = self.last_ns
+        if last is None:
             self.first_ns = time_ns
         else:
             # Events are fed in arrival order; clamping guards against a clock step backwards.
-            gap = max(0, time_ns - self.last_ns)
+            gap = time_ns - last if time_ns > last else 0
             if len(self.gaps) < self._max_samples:
                 self.gaps.append(gap)
             else:
                 self.samples_dropped += 1
-            self.max_gap_ns = gap if self.max_gap_ns is None else max(self.max_gap_ns, gap)
+            if self.max_gap_ns is None or gap > self.max_gap_ns:
+                self.max_gap_ns = gap
         self.last_ns = time_ns
         self.count += 1
 
