@@ -14,6 +14,7 @@ import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,7 @@ from zerotrace_cli.common import StopFlag
 from zerotrace_cli.embedded_node import (
     CHILD_GRACE_S,
     DRAIN_LIMIT_S,
+    INDEX_EVERY_S,
     EmbeddedNode,
     _drained,
     output_mode,
@@ -168,3 +170,34 @@ def test_the_output_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     assert output_mode(quiet=False, lines=True) == "lines"
     monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
     assert output_mode(quiet=False, lines=False) == "lines"
+
+
+def test_the_store_is_written_at_most_every_index_interval(tmp_path: Path) -> None:
+    node, feed = node_with(tmp_path, [file_open(7, 0)])
+    clock = [100.0]
+    node.monotonic = lambda: clock[0]
+    writes: list[int] = []
+    upsert = node.store.bulk_upsert
+
+    def counted(index: str, docs: Any) -> Any:
+        writes.append(len(docs))
+        return upsert(index, docs)
+
+    node.store.bulk_upsert = counted  # type: ignore[method-assign]
+    try:
+        node.step_once()
+        assert writes == [1]  # the first turn writes at once
+        for n in range(1, 4):
+            clock[0] += INDEX_EVERY_S / 4
+            feed.push(file_open(7, n))
+            node.step_once()
+        assert writes == [1]  # three turns' records wait
+        clock[0] += INDEX_EVERY_S / 4
+        node.step_once()
+        assert writes == [1, 3]  # in one write
+        feed.push(file_open(7, 9))
+        node.step_once()
+        node.finish()
+        assert writes == [1, 3, 1] and node.indexer.indexed == 5
+    finally:
+        node.close()

@@ -38,7 +38,7 @@ class Indexer:
         self._codec = codec
         self._clock = clock
         self._on_document = on_document
-        self._batch_size = batch_size
+        self.batch_size = batch_size  # documents a run_once writes at most
         self.indexed = 0
         self.dead_letters = 0
         for spec in INDEX_SPECS:
@@ -59,7 +59,7 @@ class Indexer:
         message = self._consumer.poll(timeout_s)
         while message is not None:
             batch.append(message)
-            if len(batch) >= self._batch_size:
+            if len(batch) >= self.batch_size:
                 break
             message = self._consumer.poll(0)
         if not batch:
