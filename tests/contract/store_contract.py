@@ -108,6 +108,16 @@ class StoreContract:
             {"_id": "a", "start_ns": 3, "service": "new"}
         ]
 
+    def test_a_batch_of_new_ids_and_a_known_one_writes_them_all(
+        self, store: Store, spec: IndexSpec
+    ) -> None:
+        self.put(store, spec, [("a", doc(1, "old")), ("b", doc(2))])
+        result = self.put(store, spec, [("c", doc(3, "c")), ("a", doc(4, "new"))])
+        assert result == BulkResult(written=2)
+        assert store.count(spec.name, Query()) == 3
+        found = {d["_id"]: d["service"] for d in store.search(spec.name, Query())}
+        assert found["a"] == "new" and found["c"] == "c"
+
     def test_same_id_twice_in_one_batch_keeps_the_last(self, store: Store, spec: IndexSpec) -> None:
         result = self.put(store, spec, [("a", doc(1, "first")), ("a", doc(2, "second"))])
         assert result.ok
