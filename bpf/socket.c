@@ -40,6 +40,9 @@
  *                       wake-up (it also drains on its own timed polls)
  *   ZT_SHED_AT_BYTES    shed connections while the reader is this many bytes behind (see
  *                       "Shedding" below; default three quarters of the ring)
+ *   ZT_RESUME_BELOW_BYTES, ZT_RESUME_AFTER_NS  take a shed connection up again once the
+ *                       reader is less than this behind (a quarter of the ring) and its mark
+ *                       is this old (10 s; probes/socket.py RESUME_AFTER_S)
  *   ZT_MAX_INFLIGHT     max threads concurrently inside a traced call
  *   ZT_MAX_SOCKETS      max tracked (pid, fd)
  *   ZT_CAPTURE_TLS      1 = include tls.c
@@ -55,8 +58,14 @@
  * and bytes the reader says it took), and past ZT_SHED_AT_BYTES it sheds whole connections:
  * a connection whose next call comes then is marked shed (zt_sock_info.shed), announced once
  * (ZT_CONN_SHED: the correlator drops the exchange it had in progress and counts it), and
- * nothing more of it is emitted until it closes; a connection born then is shed from birth.
- * What came before the mark is whole. Counted: ZT_STAT_CONNS_SHED, ZT_STAT_CALLS_SHED.
+ * nothing more of it is emitted until the reader has caught up; a connection born then is shed
+ * from birth. What came before the mark is whole. Counted: ZT_STAT_CONNS_SHED,
+ * ZT_STAT_CALLS_SHED. A shed connection is taken up again (ZT_STAT_CONNS_RESUMED) at its first
+ * call once the reader is less than ZT_RESUME_BELOW_BYTES behind and the mark is at least
+ * ZT_RESUME_AFTER_NS old: long-lived connections (a gateway's keep-alive pool, gRPC channels)
+ * would otherwise stay unseen after one burst. The age outlasts the correlator's grace for the
+ * SHED record, so the calls after it start a new conversation there, which skips to the next
+ * request line: the exchange the resumption cuts into is never reported in part.
  */
 #include "zerotrace_events.h"
 
@@ -86,6 +95,12 @@
 #endif
 #ifndef ZT_SHED_AT_BYTES
 #define ZT_SHED_AT_BYTES (ZT_RINGBUF_PAGES * 4096ULL / 4 * 3)
+#endif
+#ifndef ZT_RESUME_BELOW_BYTES
+#define ZT_RESUME_BELOW_BYTES (ZT_RINGBUF_PAGES * 4096ULL / 4)
+#endif
+#ifndef ZT_RESUME_AFTER_NS
+#define ZT_RESUME_AFTER_NS 10000000000ULL
 #endif
 #ifndef ZT_MAX_INFLIGHT
 #define ZT_MAX_INFLIGHT 10240
@@ -120,7 +135,8 @@
 #define ZT_STAT_CONNS_SHED    3 /* connections shed (the reader was behind) */
 #define ZT_STAT_CALLS_SHED    4 /* data calls not emitted: their connection was shed */
 #define ZT_STAT_TLS_STALE     5 /* an SSL* bound to a socket that is gone: bound again (tls.c) */
-#define ZT_STAT_NR            6
+#define ZT_STAT_CONNS_RESUMED 6 /* shed connections taken up again (the reader caught up) */
+#define ZT_STAT_NR            7
 
 /* Indexes into zt_socket_flow. */
 #define ZT_FLOW_OFFERED 0 /* bytes written to the ring (this program) */
@@ -147,6 +163,7 @@ struct zt_sock_info {
 	u8 tls;
 	u8 shed; /* 1: shed (see "Shedding"): its calls are counted, not emitted */
 	u8 _pad[3];
+	u64 shed_ns; /* when it was marked shed */
 };
 
 /* One thread inside a traced syscall. */
@@ -232,8 +249,9 @@ static __always_inline void zt_offered(u64 size)
 		__sync_fetch_and_add(v, size);
 }
 
-/* The reader is so far behind that connections are shed (see "Shedding"). */
-static __always_inline int zt_behind(void)
+/* The reader is at least *bytes* behind; ZT_SHED_AT_BYTES: connections are shed (see
+ * "Shedding"). */
+static __always_inline int zt_behind_by(u64 bytes)
 {
 	int offered_idx = ZT_FLOW_OFFERED, taken_idx = ZT_FLOW_TAKEN;
 	u64 *offered = zt_socket_flow.lookup(&offered_idx);
@@ -241,7 +259,25 @@ static __always_inline int zt_behind(void)
 	if (!offered || !taken)
 		return 0;
 	u64 o = *offered, t = *taken;
-	return o > t && o - t >= ZT_SHED_AT_BYTES;
+	return o > t && o - t >= bytes;
+}
+
+static __always_inline int zt_behind(void)
+{
+	return zt_behind_by(ZT_SHED_AT_BYTES);
+}
+
+/* A shed connection may be taken up again now (see "Shedding"): its mark is old enough and
+ * the reader is less than ZT_RESUME_BELOW_BYTES behind. */
+static __always_inline int zt_resume(struct zt_sock_info *info)
+{
+	if (bpf_ktime_get_ns() - info->shed_ns < ZT_RESUME_AFTER_NS)
+		return 0;
+	if (zt_behind_by(ZT_RESUME_BELOW_BYTES))
+		return 0;
+	info->shed = 0;
+	zt_stat_inc(ZT_STAT_CONNS_RESUMED);
+	return 1;
 }
 
 #ifndef ZT_FOLLOW
@@ -550,6 +586,7 @@ static __always_inline void zt_shed(u32 tgid, u32 tid, struct zt_sock_key *key,
 	if (info->shed)
 		return;
 	info->shed = 1;
+	info->shed_ns = bpf_ktime_get_ns();
 	zt_stat_inc(ZT_STAT_CONNS_SHED);
 	int zero = 0;
 	struct zt_sys_call *st = zt_socket_call_scratch.lookup(&zero);
@@ -572,7 +609,7 @@ static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 di
 		return 0;
 	if (!zt_pid_wanted(tgid)) /* /proc-seeded entries of a filtered pid */
 		return 0;
-	if (info->shed || zt_behind()) {
+	if ((info->shed && !zt_resume(info)) || zt_behind()) {
 		zt_shed(tgid, tid, &key, info);
 		return 0;
 	}
@@ -726,6 +763,7 @@ static __always_inline int zt_track(u32 tgid, s32 fd, u16 family, u8 origin, u64
 	struct zt_sock_key key = {.pid = tgid, .fd = fd};
 	struct zt_sock_info info = {.conn_start_ns = now, .family = family, .origin = origin};
 	info.shed = zt_behind();
+	info.shed_ns = now;
 	if (zt_socket_fds.update(&key, &info) != 0) {
 		zt_stat_inc(ZT_STAT_SOCKETS_FULL);
 		return -1;

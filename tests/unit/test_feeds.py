@@ -40,6 +40,7 @@ class Probe:
         self.ciphertext_dropped, self.filtered = 4, 5
         self.conns_shed, self.calls_shed = 6, 7
         self.tls_rebound = 8
+        self.conns_resumed = 9
 
     def attach(self) -> None:
         self.calls.append("attach")
@@ -123,6 +124,7 @@ def test_socket_samples_go_to_their_topics_keyed_by_connection(
         "lost": 3,
         "shed": 6,
         "shed_calls": 7,
+        "resumed": 9,
         "malformed": 1,
         "truncated": 2,
         "ciphertext_dropped": 4,

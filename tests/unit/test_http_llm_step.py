@@ -489,6 +489,37 @@ def test_a_shed_connection_keeps_its_whole_exchanges_and_drops_the_one_it_cut(
     assert correlator.connections == 0 and not correlator.holds.held()
 
 
+def test_a_shed_connection_taken_up_again_starts_over_at_its_next_request() -> None:
+    """The collector takes a shed connection up again once it has caught up (socket.c
+    "Shedding"), at least the SHED's grace later: those calls start a new conversation even
+    before event time has passed the grace, which skips the rest of the exchange it joins in
+    the middle and follows the next one; nothing is reported in part."""
+    correlator = HttpLlmCorrelator()
+    whole = chat_stream_records(1_000_000)
+    cut = chat_stream_records(2_000_000)
+    shed = {**close(2_200_000), "kind": "SHED"}
+    shift = CLOSE_GRACE_NS + 1_000_000
+    rest = [
+        {**r, "start_ns": r["start_ns"] + shift, "end_ns": r["end_ns"] + shift} for r in cut[6:]
+    ]
+    after = chat_stream_records(2_000_000 + shift + 1_000_000)
+    out = run(*whole, *cut[:4], shed, *rest, *after, correlator=correlator)
+    out += correlator.flush()
+    spans, llms = by_kind(out)
+    assert [(s["status"], s["start_ns"]) for s in spans] == [
+        ("OK", 1_000_000),
+        ("OK", 2_000_000 + shift + 1_000_000),
+    ]
+    assert len(llms) == 2 and all(llm["error"] is None for llm in llms)
+    counts = correlator.counters
+    assert (counts[c.CONNS_SHED], counts[c.EXCHANGES_SHED], counts[c.EXCHANGES_ABORTED]) == (
+        1,
+        1,
+        0,
+    )
+    assert counts[c.RECORDS_BEFORE_FIRST_REQUEST] == len(rest)
+
+
 def test_ciphertext_read_before_the_tls_link_waits_for_the_plaintext() -> None:
     """A server feeding libssl from memory (uvicorn) reads the ClientHello with a syscall
     before the TLS uprobes link the connection: that record is skipped and counted, and the

@@ -186,6 +186,7 @@ class SocketFeed:
             "lost": p.lost,
             "shed": p.conns_shed,  # connections, whole from the mark on
             "shed_calls": p.calls_shed,
+            "resumed": p.conns_resumed,
             "malformed": p.malformed,
             "truncated": p.truncated,
             "ciphertext_dropped": p.ciphertext_dropped,

@@ -73,6 +73,12 @@ class HttpLlmCorrelator:
     def feed_calls(self, conn_id: str, calls: list[SocketCall]) -> list[Output]:
         """Calls of one connection, in order (a zerotrace.raw.SocketBatch's, say)."""
         out: list[Output] = []
+        closed_ns = self._closing.get(conn_id)
+        if closed_ns is not None and calls and calls[0].end_ns - closed_ns >= CLOSE_GRACE_NS:
+            # Calls past the grace of the connection's CLOSE or SHED, before event time got
+            # there: the connection was taken up again after a shed (socket.c "Shedding").
+            # What it had ends first, as it would have; these calls start a new conversation.
+            out += self._end_now(conn_id)
         conv = self._conns.get(conn_id)
         if conv is None:
             while len(self._conns) >= self.max_connections:
@@ -128,12 +134,15 @@ class HttpLlmCorrelator:
             conn_id, closed_ns = next(iter(self._closing.items()))
             if now_ns - closed_ns < CLOSE_GRACE_NS:
                 break
-            conv = self._conns.pop(conn_id, None)
-            shed = conn_id in self._shed
-            self._forget(conn_id)
-            if conv is not None:
-                out += self._end(conv, shed)
+            out += self._end_now(conn_id)
         return out
+
+    def _end_now(self, conn_id: str) -> list[Output]:
+        """The connection's CLOSE or SHED takes effect (its grace is over)."""
+        conv = self._conns.pop(conn_id, None)
+        shed = conn_id in self._shed
+        self._forget(conn_id)
+        return [] if conv is None else self._end(conv, shed)
 
     def _end(self, conv: Conversation, shed: bool) -> list[Output]:
         if not shed:

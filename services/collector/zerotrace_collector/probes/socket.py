@@ -61,6 +61,10 @@ STAT_SOCKETS_FULL: Final = 2
 STAT_CONNS_SHED: Final = 3
 STAT_CALLS_SHED: Final = 4
 STAT_TLS_STALE: Final = 5
+STAT_CONNS_RESUMED: Final = 6
+# A shed connection is taken up again no sooner than this after its mark (socket.c
+# "Shedding"): longer than the correlator's grace for the SHED record (CLOSE_GRACE_NS, 5 s).
+RESUME_AFTER_S: Final = 10.0
 FLOW_MAP: Final = b"zt_socket_flow"
 # zt_sock_info.origin for entries the loader writes (ZT_ORIGIN_PROC).
 ORIGIN_PROC: Final = 3
@@ -138,6 +142,7 @@ class SocketProbe(AttachedProbe):
         seed_from_proc: bool = True,
         proc_net: ProcNet | None = None,
         follow: bool = False,
+        resume_after_s: float = RESUME_AFTER_S,
     ) -> None:
         if pid_filter < 0:
             raise ValueError("pid_filter must be >= 0")
@@ -154,6 +159,7 @@ class SocketProbe(AttachedProbe):
         self.ports = frozenset(ports)
         self.payload_max = payload_max
         self.ringbuf_pages = ringbuf_pages
+        self.resume_after_s = resume_after_s
         self.want_tls = tls
         self.libssl = libssl
         self.keep_ciphertext = keep_ciphertext
@@ -185,7 +191,7 @@ class SocketProbe(AttachedProbe):
         self.backlog = False
         self._corrupt_seen = 0
         self._lost_at_close = 0
-        self._shed_at_close = (0, 0)
+        self._shed_at_close = (0, 0, 0)
         self._last_sweep = 0.0
 
     # -- program -------------------------------------------------------------
@@ -203,6 +209,7 @@ class SocketProbe(AttachedProbe):
             f"-DZT_FILTER_CGROUP_LEVEL={self.cgroup.level if self.cgroup else 0}",
             f"-DZT_PAYLOAD_MAX={self.payload_max}",
             f"-DZT_RINGBUF_PAGES={self.ringbuf_pages}",
+            f"-DZT_RESUME_AFTER_NS={int(self.resume_after_s * 1e9)}ULL",
             f"-DZT_NR_CPUS={_possible_cpus()}",
             f"-DZT_CAPTURE_TLS={int(self._tls_enabled())}",
         ]
@@ -292,7 +299,7 @@ class SocketProbe(AttachedProbe):
         if self._bpf is None:
             return
         self._lost_at_close = self.lost
-        self._shed_at_close = (self.conns_shed, self.calls_shed)
+        self._shed_at_close = (self.conns_shed, self.calls_shed, self.conns_resumed)
         bpf, self._bpf = self._bpf, None
         if self._ring is not None:
             self._ring.close()
@@ -518,6 +525,12 @@ class SocketProbe(AttachedProbe):
     def calls_shed(self) -> int:
         """Data calls of shed connections, counted instead of emitted."""
         return self._shed_at_close[1] if self._bpf is None else self._stat(STAT_CALLS_SHED)
+
+    @property
+    def conns_resumed(self) -> int:
+        """Shed connections taken up again once this reader had caught up (socket.c
+        "Shedding"); their exchange in progress then is skipped, not reported in part."""
+        return self._shed_at_close[2] if self._bpf is None else self._stat(STAT_CONNS_RESUMED)
 
     @property
     def tls_rebound(self) -> int:
