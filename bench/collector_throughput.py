@@ -28,7 +28,6 @@ import argparse
 import functools
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -493,7 +492,7 @@ def main() -> None:
     args = arguments().parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root (the collector loads eBPF): run it with sudo")
-    burst = not args.no_burst and shutil.which("ab") is not None
+    burst = not args.no_burst and http_load.ensure_ab()
     if not args.no_burst and not burst:
         print(http_load.INSTALL_AB)
 

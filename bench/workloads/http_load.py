@@ -29,7 +29,9 @@ import asyncio
 import contextlib
 import functools
 import json
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -258,6 +260,21 @@ def steady(
             raise SystemExit(f"a load generator failed (exit {proc.returncode})")
         made += json.loads(out.decode().strip().splitlines()[-1])["requests"]
     return made, {p.pid for p in procs}
+
+
+def ensure_ab(run: Any = subprocess.run) -> bool:
+    """True when `ab` is there for the burst: as root, Debian's apache2-utils is installed
+    first when it is missing (a later machine starts bare)."""
+    if shutil.which("ab") is not None:
+        return True
+    if os.geteuid() != 0:
+        return False
+    print("installing Debian's apache2-utils for the burst (ab) ...", flush=True)
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": False}
+    if run(["apt-get", "install", "-y", "-q", "apache2-utils"], **quiet).returncode != 0:
+        run(["apt-get", "update", "-q"], **quiet)  # package lists missing or stale
+        run(["apt-get", "install", "-y", "-q", "apache2-utils"], **quiet)
+    return shutil.which("ab") is not None
 
 
 def burst(port: int, requests: int) -> Load:

@@ -6,6 +6,7 @@ no Kafka, no eBPF."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from typing import Any
@@ -314,3 +315,20 @@ def test_the_bench_wants_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "argv", ["collector_throughput", "--no-burst"])
     with pytest.raises(SystemExit, match="needs root"):
         ct.main()
+
+
+def test_ab_is_installed_only_when_missing_and_as_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[list[str]] = []
+
+    def run(cmd: list[str], **_: object) -> subprocess.CompletedProcess[bytes]:
+        ran.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/ab")
+    assert load.ensure_ab(run) and ran == []
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert not load.ensure_ab(run) and ran == []
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert not load.ensure_ab(run)  # still missing after the install: no burst
+    assert ran == [["apt-get", "install", "-y", "-q", "apache2-utils"]]
