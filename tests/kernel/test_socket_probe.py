@@ -13,6 +13,7 @@ import inspect
 import itertools
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -279,6 +280,39 @@ def test_round_trips_counted_exactly(probe: SocketProbe) -> None:
     assert all(s.start_mono_ns <= s.end_mono_ns for s in samples)
     assert [s.start_mono_ns for s in c_out] == sorted(s.start_mono_ns for s in c_out)
     assert not [s for s in samples if s.pid == os.getpid()]
+
+
+def test_a_process_that_exits_without_closing_gets_a_close_from_the_sweep(
+    probe: SocketProbe,
+) -> None:
+    """Exit closes fds without close(2): the sweep drops the dead process's sockets and makes a
+    CLOSE for its connection (zerotrace_collector.probes.socket_table.sweep), so the
+    correlator is not left waiting."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        child = _popen(
+            "import json, os, socket, sys\n"
+            f"c = socket.create_connection(('127.0.0.1', {srv.getsockname()[1]}))\n"
+            "c.sendall(b'hello'); print(json.dumps({'fd': c.fileno()}), flush=True)\n"
+            "sys.stdin.readline(); os._exit(0)\n"
+        )
+        conn, _ = srv.accept()
+        with conn, child:
+            fd = json.loads(_line(child))["fd"]
+            _poll_until(
+                probe,
+                lambda got: any(
+                    isinstance(s, SocketDataSample) and s.pid == child.pid for s in got
+                ),
+            )
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.close()
+            assert child.wait(10) == 0
+            closes = [c for c in probe.sweep() if c.pid == child.pid]
+    assert [(c.fd, c.kind) for c in closes] == [(fd, ConnKind.CLOSE)]
+    assert [c for c in probe.sweep() if c.pid == child.pid] == []  # dropped: said once
 
 
 def test_port_filter_drops_other_connections() -> None:

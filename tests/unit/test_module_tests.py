@@ -66,6 +66,9 @@ TESTED_UNDER: dict[str, str] = {
     "services/collector/zerotrace_collector/probes/socket_ring.py": (
         "tests/kernel/test_socket_shedding.py"
     ),
+    "services/collector/zerotrace_collector/probes/socket_table.py": (
+        "tests/kernel/test_socket_probe.py"
+    ),
     "services/collector/zerotrace_collector/probes/tls.py": "tests/kernel/test_tls_probe.py",
     "services/collector/zerotrace_collector/profile_feed.py": "tests/kernel/test_profile_probe.py",
     "services/collector/zerotrace_collector/records.py": "tests/unit/test_collector_records.py",

@@ -15,8 +15,6 @@ events ``ciphertext`` (no payload copied). :meth:`poll` drops them unless
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import re
 import time
@@ -27,14 +25,8 @@ from typing import Any, Final
 from ..cgroup import Cgroup2, in_cgroup2
 from ..errors import MalformedEvent, ProbeUnavailable
 from ..proc_net import UNKNOWN, Endpoints, ProcNet
-from .bcc_loader import (
-    AttachedProbe,
-    annotated,
-    bcc_for,
-    compile_program,
-    first_line,
-    read_program,
-)
+from . import socket_table
+from .bcc_loader import AttachedProbe, annotated, bcc_for, compile_program, read_program
 from .event_layout import DEFAULT_PAYLOAD_MAX, ConnKind, RawEvent
 from .socket_decode import (
     ConnSample,
@@ -44,7 +36,7 @@ from .socket_decode import (
 )
 from .socket_kernel import process_name_cflags, tcp_arrival_cflags, tcp_seq_cflags
 from .socket_ring import EventRing
-from .tls import TLS_RETURN_FN, TLS_SYMBOLS, find_libssl
+from .tls import attach_tls, find_libssl
 
 __all__ = ["SocketProbe"]
 
@@ -52,8 +44,6 @@ PROGRAM_FILE: Final = "socket.c"
 TLS_PROGRAM_FILE: Final = "tls.c"
 EVENTS_MAP: Final = b"zt_socket_events"
 STATS_MAP: Final = b"zt_socket_stats"
-SOCKETS_MAP: Final = b"zt_socket_fds"
-FAMILY_MAP: Final = b"zt_socket_family"
 # Indexes into zt_socket_stats; mirror the ZT_STAT_* defines in bpf/socket.c.
 STAT_LOST: Final = 0
 STAT_INFLIGHT_FULL: Final = 1
@@ -66,10 +56,6 @@ STAT_CONNS_RESUMED: Final = 6
 # "Shedding"): longer than the correlator's grace for the SHED record (CLOSE_GRACE_NS, 5 s).
 RESUME_AFTER_S: Final = 10.0
 FLOW_MAP: Final = b"zt_socket_flow"
-# zt_sock_info.origin for entries the loader writes (ZT_ORIGIN_PROC).
-ORIGIN_PROC: Final = 3
-AF_INET: Final = 2
-AF_INET6: Final = 10
 
 _SYSCALLS: Final = (
     "read",
@@ -275,24 +261,10 @@ class SocketProbe(AttachedProbe):
 
     def _attach_tls(self, bpf: Any) -> bool:
         assert self.libssl is not None
-        lib = str(self.libssl).encode()
-        pid = self.pid_filter or -1
-        try:
-            for sym, fn in TLS_SYMBOLS:
-                bpf.attach_uprobe(name=lib, sym=sym.encode(), fn_name=fn.encode(), pid=pid)
-                bpf.attach_uretprobe(
-                    name=lib, sym=sym.encode(), fn_name=TLS_RETURN_FN.encode(), pid=pid
-                )
-        except Exception as exc:
-            for sym, _fn in TLS_SYMBOLS:
-                for detach in (bpf.detach_uprobe, bpf.detach_uretprobe):
-                    with contextlib.suppress(Exception):
-                        detach(name=lib, sym=sym.encode(), pid=pid)
-            self.notes.append(
-                f"uprobe on {self.libssl} failed ({first_line(exc, 120)}): TLS capture off"
-            )
-            return False
-        return True
+        failed = attach_tls(bpf, self.libssl, self.pid_filter or -1)
+        if failed is not None:
+            self.notes.append(failed)
+        return failed is None
 
     def close(self) -> None:
         """Detach and free the BPF program. Safe to call more than once."""
@@ -338,19 +310,11 @@ class SocketProbe(AttachedProbe):
         conn_start_ns (CLOCK_MONOTONIC now), which names the connection from here on."""
         if self._bpf is None:
             raise RuntimeError("track() before attach()")
-        table = self._bpf[SOCKETS_MAP]
-        now = time.monotonic_ns()
-        table[table.Key(pid=pid, fd=fd)] = table.Leaf(
-            conn_start_ns=now, family=family, origin=ORIGIN_PROC, tls=0
-        )
-        return now
+        return socket_table.track(self._bpf, pid, fd, family)
 
     def untrack(self, pid: int, fd: int) -> None:
-        if self._bpf is None:
-            return
-        table = self._bpf[SOCKETS_MAP]
-        with contextlib.suppress(KeyError):
-            del table[table.Key(pid=pid, fd=fd)]
+        if self._bpf is not None:
+            socket_table.untrack(self._bpf, pid, fd)
 
     def _seed(self, only: list[int] | None = None) -> None:
         """Track the established TCP sockets and note the TCP listeners that exist now."""
@@ -359,50 +323,24 @@ class SocketProbe(AttachedProbe):
             if self.pid_filter
             else [int(name) for name in os.listdir("/proc") if name.isdigit()]
         )
-        families = self._bpf[FAMILY_MAP]
         for pid in pids:
             if not self._pid_wanted(pid):
                 continue
             for fd, sock in self.proc.tcp_fds(pid):
-                family = AF_INET6 if ":" in sock.endpoints.local_addr else AF_INET
+                family = socket_table.family_of(sock.endpoints.local_addr)
                 conn = self.track(pid, fd, family)
                 self.proc.remember(pid, fd, conn, sock.endpoints)
                 self.seeded += 1
             for fd, sock in self.proc.tcp_fds(pid, listening=True):
-                family = AF_INET6 if ":" in sock.endpoints.local_addr else AF_INET
-                families[families.Key(pid=pid, fd=fd)] = ctypes.c_uint16(family)
+                family = socket_table.family_of(sock.endpoints.local_addr)
+                socket_table.note_listener(self._bpf, pid, fd, family)
 
     def sweep(self) -> list[ConnSample]:
-        """Untrack sockets of processes that exited. Exit closes fds without close(2), so no
-        CLOSE event came for them: one is made here for each tracked connection, so that the
-        correlator learns the conversation is over (else it waits for its idle timeout)."""
+        """Untrack sockets of processes that exited (socket_table.sweep): a CLOSE for each of
+        their connections that this probe had resolved."""
         if self._bpf is None:
             return []
-        closed: list[ConnSample] = []
-        now = time.monotonic_ns()
-        for name in (SOCKETS_MAP, FAMILY_MAP):
-            table = self._bpf[name]
-            dead = [(k, v) for k, v in table.items() if not Path(f"/proc/{k.pid}").exists()]
-            for key, leaf in dead:
-                if name == SOCKETS_MAP:
-                    closed.append(
-                        ConnSample(
-                            pid=key.pid,
-                            tid=key.pid,
-                            fd=key.fd,
-                            cgroup_id=0,
-                            start_mono_ns=now,
-                            end_mono_ns=now,
-                            ret=0,
-                            conn_start_ns=int(leaf.conn_start_ns),
-                            kind=ConnKind.CLOSE,
-                            family=int(leaf.family),
-                            comm="",
-                            remote=None,
-                        )
-                    )
-                with contextlib.suppress(KeyError):
-                    del table[key]
+        closed = socket_table.sweep(self._bpf, lambda pid: Path(f"/proc/{pid}").exists())
         self.exit_closes += len(closed)
         return [c for c in closed if self.proc.cached(c.pid, c.fd, c.conn_start_ns) is not None]
 

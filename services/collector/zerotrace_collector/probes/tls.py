@@ -9,12 +9,15 @@ are not covered: their traffic stays ciphertext at the syscall layer.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes.util
 import importlib
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["TLS_RETURN_FN", "TLS_SYMBOLS", "find_libssl", "libssl_from_maps"]
+from .bcc_loader import first_line
+
+__all__ = ["TLS_RETURN_FN", "TLS_SYMBOLS", "attach_tls", "find_libssl", "libssl_from_maps"]
 
 # (libssl symbol, BPF entry function); every symbol's return goes to TLS_RETURN_FN.
 TLS_SYMBOLS: Final = (
@@ -51,3 +54,23 @@ def find_libssl() -> Path | None:
                     found = str(Path(folder) / name)
                     break
     return Path(found) if found is not None and Path(found).exists() else None
+
+
+def attach_tls(bpf: Any, libssl: Path, pid: int) -> str | None:
+    """Attach TLS_SYMBOLS' entry and return probes of the compiled socket program *bpf* to
+    *libssl* (pid -1: every process). None when all are attached; else, everything detached
+    again, one line saying why TLS capture is off."""
+    lib = str(libssl).encode()
+    try:
+        for sym, fn in TLS_SYMBOLS:
+            bpf.attach_uprobe(name=lib, sym=sym.encode(), fn_name=fn.encode(), pid=pid)
+            bpf.attach_uretprobe(
+                name=lib, sym=sym.encode(), fn_name=TLS_RETURN_FN.encode(), pid=pid
+            )
+    except Exception as exc:
+        for sym, _fn in TLS_SYMBOLS:
+            for detach in (bpf.detach_uprobe, bpf.detach_uretprobe):
+                with contextlib.suppress(Exception):
+                    detach(name=lib, sym=sym.encode(), pid=pid)
+        return f"uprobe on {libssl} failed ({first_line(exc, 120)}): TLS capture off"
+    return None
