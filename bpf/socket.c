@@ -473,16 +473,21 @@ static __always_inline int zt_read_ptr(u64 *out, u64 base, u64 offset)
  * call registered are followed (an entry of 0), so the host's other traffic costs one lookup
  * a segment; LRU, as nothing says when a socket is freed.
  */
-BPF_TABLE("lru_hash", u64, u64, zt_tcp_unread, ZT_MAX_SOCKETS);
+struct zt_unread {
+	u64 since; /* when the oldest unread bytes arrived; 0: none known */
+	u32 seq;   /* their first byte's sequence number */
+	u32 _pad;
+};
+BPF_TABLE("lru_hash", u64, struct zt_unread, zt_tcp_unread, ZT_MAX_SOCKETS);
 
 TRACEPOINT_PROBE(tcp, tcp_probe)
 {
 	if (!args->data_len)
 		return 0;
 	u64 sk = (u64)args->skaddr;
-	u64 *since = zt_tcp_unread.lookup(&sk);
-	if (!since || *since)
-		return 0; /* not followed, or older unread bytes are waiting */
+	struct zt_unread *u = zt_tcp_unread.lookup(&sk);
+	if (!u)
+		return 0; /* not followed */
 	u32 copied = 0, rcv_nxt = 0, seq = 0, end_seq = 0;
 	u64 cb = (u64)args->skbaddr + ZT_OFF_SKB_CB;
 	if (bpf_probe_read_kernel(&copied, sizeof(copied), (void *)(sk + ZT_OFF_TCP_COPIED_SEQ)) ||
@@ -490,31 +495,39 @@ TRACEPOINT_PROBE(tcp, tcp_probe)
 	    bpf_probe_read_kernel(&seq, sizeof(seq), (void *)(cb + ZT_OFF_TCP_CB_SEQ)) ||
 	    bpf_probe_read_kernel(&end_seq, sizeof(end_seq), (void *)(cb + ZT_OFF_TCP_CB_END_SEQ)))
 		return 0;
+	/* Older unread bytes are waiting; an arrival whose bytes were read already (by a read
+	 * that was waiting on the empty socket when they came) is stale, not older. */
+	if (u->since && (s32)(copied - u->seq) <= 0)
+		return 0;
 	if (copied != rcv_nxt)
 		return 0; /* unread bytes from before it was followed: their time is not known */
 	/* Only a segment with the next bytes starts them: a repeat of bytes already received (a
 	 * retransmission, a tail loss probe) or one past a hole adds nothing readable now. */
 	if ((s32)(seq - rcv_nxt) > 0 || (s32)(end_seq - rcv_nxt) <= 0)
 		return 0;
-	*since = bpf_ktime_get_ns();
+	u->seq = rcv_nxt;
+	u->since = bpf_ktime_get_ns();
 	return 0;
 }
 
 /* A data call on sk: follow it from now on; a read that finds bytes queued takes their
  * arrival (when it is known, and not older than the connection) and the bytes with it. */
-static __always_inline void zt_tcp_unread_take(u64 sk, u8 direction, int queued,
+static __always_inline void zt_tcp_unread_take(u64 sk, u8 direction, int queued, u32 read_seq,
 					       u64 conn_start_ns, u64 *arrived_ns)
 {
-	u64 zero = 0;
-	u64 *since = zt_tcp_unread.lookup_or_try_init(&sk, &zero);
-	if (!since || direction != ZT_DIR_INGRESS)
+	struct zt_unread zero = {};
+	struct zt_unread *u = zt_tcp_unread.lookup_or_try_init(&sk, &zero);
+	if (!u || direction != ZT_DIR_INGRESS)
 		return;
-	if (queued && *since >= conn_start_ns && *since && *since < *arrived_ns)
-		*arrived_ns = *since;
-	*since = 0;
+	/* Only the arrival of the bytes this read starts at: not that of bytes a read took
+	 * already (see tcp_probe above). */
+	if (queued && u->since && u->seq == read_seq && u->since >= conn_start_ns &&
+	    u->since < *arrived_ns)
+		*arrived_ns = u->since;
+	u->since = 0;
 }
 #else
-static __always_inline void zt_tcp_unread_take(u64 sk, u8 direction, int queued,
+static __always_inline void zt_tcp_unread_take(u64 sk, u8 direction, int queued, u32 read_seq,
 					       u64 conn_start_ns, u64 *arrived_ns)
 {
 }
@@ -561,7 +574,7 @@ static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u64 conn_start_ns, u
 	if (queued &&
 	    bpf_probe_read_kernel(&mstamp_us, sizeof(mstamp_us), (void *)(sk + ZT_OFF_TCP_MSTAMP)) == 0)
 		*arrived_ns = mstamp_us * 1000;
-	zt_tcp_unread_take(sk, direction, queued, conn_start_ns, arrived_ns);
+	zt_tcp_unread_take(sk, direction, queued, *seq, conn_start_ns, arrived_ns);
 	return 1;
 }
 #else
