@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from zerotrace.socket_batch import CONN_FIELDS, call_columns, socket_event_id
+from zerotrace.socket_batch import call_columns, socket_event_id
 
 
 @dataclass(slots=True)
 class SocketCall:
-    # The connection's fields (socket_batch.CONN_FIELDS), one mapping for all calls of a
-    # batch; for a SocketData record, the record itself.
+    # Holds the connection's fields (socket_batch.CONN_FIELDS): the SocketBatch datum for all
+    # its calls, or the SocketData record itself.
     conn: Mapping[str, Any]
     tid: int
     direction: str  # INGRESS or EGRESS
@@ -47,12 +47,13 @@ class SocketCall:
 def calls_of_batch(batch: Mapping[str, Any]) -> list[SocketCall]:
     """The calls of a zerotrace.raw.SocketBatch datum, in order. Raises PoisonInput when its
     call columns differ in length."""
-    columns = call_columns(batch)
-    conn = {name: batch[name] for name in CONN_FIELDS}
-    # Columns in socket_batch.CALL_FIELDS order; payload_truncated is implied by size.
-    rows = zip(*columns, strict=True)
+    # The batch itself holds the connection's fields (socket_batch.CONN_FIELDS); its columns
+    # come in socket_batch.CALL_FIELDS order; payload_truncated is implied by size.
+    rows = zip(*call_columns(batch), strict=True)
     return [
-        SocketCall(conn, tid, direction, source, start, end, size, payload[:size], seq, waited)
+        SocketCall(
+            batch, tid, direction, source, start, end, size, payload[: max(0, size)], seq, waited
+        )
         for tid, direction, source, start, end, size, payload, _, seq, waited in rows
     ]
 
