@@ -250,6 +250,26 @@ def verdicts(runs: Sequence[Run]) -> list[Verdict]:
     return out
 
 
+def noise_lines(runs: Sequence[Run]) -> list[str]:
+    """How far the unobserved rounds of each scheme differ among themselves: the noise a
+    verdict's difference must stand out of (on these shared VMs it is often larger than the
+    targets; more rounds narrow the means, not the spread)."""
+    out = []
+    for scheme in dict.fromkeys(r.scheme for r in runs):
+        off = [r.measure for r in runs if r.scheme == scheme and r.accuracy is None]
+        if len(off) < 2:
+            continue
+        rps = [m.requests_per_s for m in off]
+        p99 = [m.p99_ttft_ms for m in off]
+        spread_pct = 100 * (max(rps) - min(rps)) / statistics.mean(rps) if any(rps) else 0.0
+        out.append(
+            f"{scheme:>5}  unobserved rounds among themselves: {min(rps):.1f}-{max(rps):.1f} "
+            f"req/s ({spread_pct:.1f} % apart), p99 TTFT {min(p99):.2f}-{max(p99):.2f} ms "
+            f"({max(p99) - min(p99):.2f} ms apart)"
+        )
+    return out
+
+
 def verdict_lines(found: Sequence[Verdict]) -> list[str]:
     width = max((len(v.target) for v in found), default=0)
     return [
@@ -356,7 +376,7 @@ def main() -> None:
     print()
     if args.requests < 100:
         print(f"(only {args.requests} requests a run: the p99 is close to the maximum, so noisy)")
-    for line in verdict_lines(verdicts(runs)):
+    for line in verdict_lines(verdicts(runs)) + noise_lines(runs):
         print(line)
     sys.stdout.flush()
 

@@ -40,8 +40,10 @@
  * offered to the ring, and bytes the reader says it took). Past half the ring it lowers the
  * rate: one on-CPU sample in ZT_THIN_EVERY per CPU is kept, weighing that many (totals stay
  * right, the resolution drops), and off-CPU waits shorter than 16 x ZT_OFFCPU_MIN_NS are
- * dropped; past three quarters it keeps nothing new. All of it is counted (ZT_STAT_SHED, in
- * samples), and the rate is back as soon as the reader has caught up.
+ * dropped; past three quarters it keeps nothing new. Both are counted, apart: a sample left
+ * out while thinning is in its kept neighbour's weight (ZT_STAT_THINNED), one left out past
+ * three quarters is in no weight (ZT_STAT_SHED), so the kept weights plus the shed count are
+ * the samples taken. The rate is back as soon as the reader has caught up.
  */
 #include <uapi/linux/bpf_perf_event.h>
 #include <linux/sched.h>
@@ -112,7 +114,8 @@ struct zt_process_news {
 #define ZT_STAT_OFFCPU_FULL 1 /* zt_offcpu_start full: a switch-out went unrecorded */
 #define ZT_STAT_EMITTED 2     /* events output (drives the batched wake-ups) */
 #define ZT_STAT_NEWS_LOST 3   /* news ring full: a process announced late (at its samples) */
-#define ZT_STAT_SHED 4        /* samples not kept: the reader was behind ("Shedding") */
+#define ZT_STAT_SHED 4        /* samples not kept and in no weight: the reader was far behind */
+#define ZT_STAT_THINNED 5     /* samples not kept but in a kept sample's weight ("Shedding") */
 
 #ifndef ZT_THIN_EVERY
 #define ZT_THIN_EVERY 4
@@ -123,7 +126,7 @@ struct zt_process_news {
 
 BPF_RINGBUF_OUTPUT(zt_profile_events, ZT_RINGBUF_PAGES);
 BPF_RINGBUF_OUTPUT(zt_profile_news, 16);
-BPF_ARRAY(zt_profile_stats, u64, 5);
+BPF_ARRAY(zt_profile_stats, u64, 6);
 BPF_ARRAY(zt_profile_flow, u64, 2);       /* bytes offered, bytes the reader took */
 BPF_PERCPU_ARRAY(zt_profile_thin, u64, 1); /* on-CPU samples seen while thinning */
 /* Processes announced (tgid -> 1); the leader's exit takes its entry out. LRU: an entry of a
@@ -186,17 +189,21 @@ static __always_inline int zt_output(struct zt_profile_event *e)
 	return 0;
 }
 
-/* The weight an on-CPU sample is kept with now: 1, ZT_THIN_EVERY, or 0 (shed, counted). */
+/* The weight an on-CPU sample is kept with now: 1, ZT_THIN_EVERY, or 0 (left out, counted). */
 static __always_inline u64 zt_on_cpu_weight(void)
 {
 	int behind = zt_behind();
 	if (behind == 0)
 		return 1;
+	if (behind == 2) {
+		zt_count(ZT_STAT_SHED);
+		return 0;
+	}
 	u32 zero = 0;
 	u64 *seen = zt_profile_thin.lookup(&zero);
 	u64 n = seen ? (*seen)++ : 0;
-	if (behind == 2 || n % ZT_THIN_EVERY != 0) {
-		zt_count(ZT_STAT_SHED);
+	if (n % ZT_THIN_EVERY != 0) {
+		zt_count(ZT_STAT_THINNED);
 		return 0;
 	}
 	return ZT_THIN_EVERY;

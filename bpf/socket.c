@@ -434,12 +434,15 @@ static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_ke
 					    struct zt_sock_info *info, u8 direction, u64 buf,
 					    u64 vlen);
 /*
- * A read on a TLS socket found bytes that arrived at arrived_ns (0: none were queued, they
- * come during the call): the wait belongs to the plaintext the next SSL read returns, not to
- * the ciphertext event (tls.c).
+ * A read on a TLS socket found bytes that arrived at arrived_ns, the newest of them at
+ * newest_ns (0: none were queued, they come during the call; or not known): the wait belongs
+ * to the plaintext the next SSL read returns, not to the ciphertext event (tls.c).
  */
 static __always_inline void zt_tls_arrived(struct zt_sock_key *key, struct zt_sock_info *info,
-					   u64 arrived_ns);
+					   u64 arrived_ns, u64 newest_ns);
+/* A read on a TLS socket returned: what its bytes start with can change whose arrival the
+ * plaintext takes (tls.c). */
+static __always_inline void zt_tls_read_done(u32 tgid, s32 fd, u64 buf, u64 vlen);
 #if !ZT_CAPTURE_TLS
 static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_key *key,
 					    struct zt_sock_info *info, u8 direction, u64 buf,
@@ -448,7 +451,10 @@ static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_ke
 	return 0;
 }
 static __always_inline void zt_tls_arrived(struct zt_sock_key *key, struct zt_sock_info *info,
-					   u64 arrived_ns)
+					   u64 arrived_ns, u64 newest_ns)
+{
+}
+static __always_inline void zt_tls_read_done(u32 tgid, s32 fd, u64 buf, u64 vlen)
 {
 }
 #endif
@@ -471,11 +477,13 @@ static __always_inline int zt_read_ptr(u64 *out, u64 base, u64 offset)
  * wait comes out short. tcp:tcp_probe sees each segment as it comes, before it is queued: one
  * that brings data to an empty receive queue starts the unread bytes. Only sockets a data
  * call registered are followed (an entry of 0), so the host's other traffic costs one lookup
- * a segment; LRU, as nothing says when a socket is freed.
+ * a segment; LRU, as nothing says when a socket is freed. The newest bytes' arrival is kept
+ * too: behind a TLS handshake's tail, a request's own (tls.c, zt_tls_read_done).
  */
 struct zt_unread {
-	u64 since; /* when the oldest unread bytes arrived; 0: none known */
-	u32 seq;   /* their first byte's sequence number */
+	u64 since;  /* when the oldest unread bytes arrived; 0: none known */
+	u64 newest; /* when the last segment with new bytes arrived */
+	u32 seq;    /* the oldest unread bytes' first sequence number */
 	u32 _pad;
 };
 BPF_TABLE("lru_hash", u64, struct zt_unread, zt_tcp_unread, ZT_MAX_SOCKETS);
@@ -495,25 +503,28 @@ TRACEPOINT_PROBE(tcp, tcp_probe)
 	    bpf_probe_read_kernel(&seq, sizeof(seq), (void *)(cb + ZT_OFF_TCP_CB_SEQ)) ||
 	    bpf_probe_read_kernel(&end_seq, sizeof(end_seq), (void *)(cb + ZT_OFF_TCP_CB_END_SEQ)))
 		return 0;
+	/* Only a segment with the next bytes brings any: a repeat of bytes already received (a
+	 * retransmission, a tail loss probe) or one past a hole adds nothing readable now. */
+	if ((s32)(seq - rcv_nxt) > 0 || (s32)(end_seq - rcv_nxt) <= 0)
+		return 0;
+	u64 now = bpf_ktime_get_ns();
+	u->newest = now;
 	/* Older unread bytes are waiting; an arrival whose bytes were read already (by a read
 	 * that was waiting on the empty socket when they came) is stale, not older. */
 	if (u->since && (s32)(copied - u->seq) <= 0)
 		return 0;
 	if (copied != rcv_nxt)
 		return 0; /* unread bytes from before it was followed: their time is not known */
-	/* Only a segment with the next bytes starts them: a repeat of bytes already received (a
-	 * retransmission, a tail loss probe) or one past a hole adds nothing readable now. */
-	if ((s32)(seq - rcv_nxt) > 0 || (s32)(end_seq - rcv_nxt) <= 0)
-		return 0;
 	u->seq = rcv_nxt;
-	u->since = bpf_ktime_get_ns();
+	u->since = now;
 	return 0;
 }
 
 /* A data call on sk: follow it from now on; a read that finds bytes queued takes their
- * arrival (when it is known, and not older than the connection) and the bytes with it. */
+ * arrival (when it is known, and not older than the connection) and the bytes with it, and
+ * says when the newest of them came. */
 static __always_inline void zt_tcp_unread_take(u64 sk, u8 direction, int queued, u32 read_seq,
-					       u64 conn_start_ns, u64 *arrived_ns)
+					       u64 conn_start_ns, u64 *arrived_ns, u64 *newest_ns)
 {
 	struct zt_unread zero = {};
 	struct zt_unread *u = zt_tcp_unread.lookup_or_try_init(&sk, &zero);
@@ -524,11 +535,13 @@ static __always_inline void zt_tcp_unread_take(u64 sk, u8 direction, int queued,
 	if (queued && u->since && u->seq == read_seq && u->since >= conn_start_ns &&
 	    u->since < *arrived_ns)
 		*arrived_ns = u->since;
+	if (queued && u->newest >= conn_start_ns)
+		*newest_ns = u->newest;
 	u->since = 0;
 }
 #else
 static __always_inline void zt_tcp_unread_take(u64 sk, u8 direction, int queued, u32 read_seq,
-					       u64 conn_start_ns, u64 *arrived_ns)
+					       u64 conn_start_ns, u64 *arrived_ns, u64 *newest_ns)
 {
 }
 #endif
@@ -548,7 +561,7 @@ static __always_inline void zt_tcp_unread_take(u64 sk, u8 direction, int queued,
  * received; us). A read entered on an empty socket (a blocking server waiting for the next
  * request) gets no arrival: its bytes come during the call, and its end is their time. */
 static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u64 conn_start_ns, u32 *seq,
-				      u64 *arrived_ns)
+				      u64 *arrived_ns, u64 *newest_ns)
 {
 	u64 task = bpf_get_current_task();
 	u64 files = 0, fdt = 0, fds = 0, file = 0, sock = 0, back = 0, sk = 0;
@@ -574,12 +587,12 @@ static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u64 conn_start_ns, u
 	if (queued &&
 	    bpf_probe_read_kernel(&mstamp_us, sizeof(mstamp_us), (void *)(sk + ZT_OFF_TCP_MSTAMP)) == 0)
 		*arrived_ns = mstamp_us * 1000;
-	zt_tcp_unread_take(sk, direction, queued, *seq, conn_start_ns, arrived_ns);
+	zt_tcp_unread_take(sk, direction, queued, *seq, conn_start_ns, arrived_ns, newest_ns);
 	return 1;
 }
 #else
 static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u64 conn_start_ns, u32 *seq,
-				      u64 *arrived_ns)
+				      u64 *arrived_ns, u64 *newest_ns)
 {
 	return 0;
 }
@@ -643,8 +656,9 @@ static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 di
 		c->flags |= ZT_SOCK_F_CIPHERTEXT;
 	c->tcp_seq = 0;
 	c->waited_us = 0;
-	u64 arrived_ns = 0, now = c->start_ns;
-	if (zt_tcp_seq((s32)fd, direction, info->conn_start_ns, &c->tcp_seq, &arrived_ns))
+	u64 arrived_ns = 0, newest_ns = 0, now = c->start_ns;
+	if (zt_tcp_seq((s32)fd, direction, info->conn_start_ns, &c->tcp_seq, &arrived_ns,
+		       &newest_ns))
 		c->flags |= ZT_SOCK_F_TCP_SEQ;
 	/* Bytes that came in before the call began; an hour and more is not a wait but a stamp
 	 * of something else. On a TLS socket the syscall's bytes are not the plaintext's: the
@@ -652,7 +666,8 @@ static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 di
 	int waited = arrived_ns && arrived_ns <= now && now - arrived_ns < 3600000000000ULL;
 	if (info->tls) {
 		if (direction == ZT_DIR_INGRESS)
-			zt_tls_arrived(&key, info, waited ? arrived_ns : 0);
+			zt_tls_arrived(&key, info, waited ? arrived_ns : 0,
+				       waited && newest_ns <= now ? newest_ns : 0);
 	} else if (waited) {
 		c->waited_us = (u32)((now - arrived_ns) / 1000);
 		c->flags |= ZT_SOCK_F_WAITED;
@@ -677,6 +692,8 @@ static __always_inline int zt_data_exit(s64 ret, u8 direction, int vector)
 		return 0; /* a connect/accept/close/socket state whose exit was not seen */
 	if (ret <= 0)
 		return 0; /* EAGAIN, error, or EOF: no bytes moved */
+	if ((st.flags & ZT_SOCK_F_CIPHERTEXT) && direction == ZT_DIR_INGRESS)
+		zt_tls_read_done(tgid, st.fd, st.buf, st.vlen);
 	int copy = (st.flags & ZT_SOCK_F_CIPHERTEXT) ? 0 : (vector ? 2 : 1);
 	zt_emit_data(tgid, tid, st.fd, st.start_ns, ret, st.conn_start_ns, direction,
 		     ZT_SRC_SYSCALL, st.op, st.flags, copy, st.buf, st.vlen, st.tcp_seq,

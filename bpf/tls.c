@@ -82,17 +82,19 @@ BPF_HASH(zt_tls_pending, u32, struct zt_ssl_pending, ZT_MAX_INFLIGHT);
 struct zt_tls_arrival {
 	u64 conn_start_ns;
 	u64 arrived_ns;
+	u64 newest_ns; /* when the newest of those bytes came (0: not known) */
 };
 BPF_TABLE("lru_hash", struct zt_sock_key, struct zt_tls_arrival, zt_tls_arrivals, ZT_MAX_SOCKETS);
 
 static __always_inline void zt_tls_arrived(struct zt_sock_key *key, struct zt_sock_info *info,
-					   u64 arrived_ns)
+					   u64 arrived_ns, u64 newest_ns)
 {
 	if (!arrived_ns) {
 		zt_tls_arrivals.delete(key);
 		return;
 	}
-	struct zt_tls_arrival a = {.conn_start_ns = info->conn_start_ns, .arrived_ns = arrived_ns};
+	struct zt_tls_arrival a = {
+		.conn_start_ns = info->conn_start_ns, .arrived_ns = arrived_ns, .newest_ns = newest_ns};
 	zt_tls_arrivals.update(key, &a);
 }
 
@@ -112,13 +114,32 @@ static __always_inline u32 zt_tls_waited(struct zt_sock_key *key, u64 conn_start
 	return (u32)((start_ns - arrived_ns) / 1000);
 }
 
-/* The first byte an egress call sends (buf, or the first iovec's base when vlen > 0). */
+/* The first byte of a call's buffer (buf, or the first iovec's base when vlen > 0): what an
+ * egress call sends, or what an ingress call read, at its exit. */
 static __always_inline int zt_first_byte(u64 buf, u64 vlen, u8 *byte)
 {
 	u64 base = buf;
 	if (vlen && bpf_probe_read_user(&base, sizeof(base), (void *)buf) != 0)
 		return 0;
 	return bpf_probe_read_user(byte, 1, (void *)base) == 0;
+}
+
+/* A ciphertext read that starts with a ChangeCipherSpec (0x14) or handshake (0x16) record took
+ * the end of a handshake, and whatever came behind it. A TLS 1.3 client sends its request
+ * right after its Finished, but not at once when it is slow (a busy machine): a server that
+ * reads both at once then has the Finished's arrival as its oldest unread bytes', which the
+ * request must not take (its TTFT would count the client's delay). The plaintext takes the
+ * newest bytes' arrival instead: the request's own when it came in one segment; a request
+ * in many segments starts late by their transfer, which is short behind a handshake. */
+static __always_inline void zt_tls_read_done(u32 tgid, s32 fd, u64 buf, u64 vlen)
+{
+	struct zt_sock_key key = {.pid = tgid, .fd = fd};
+	struct zt_tls_arrival *a = zt_tls_arrivals.lookup(&key);
+	u8 first = 0;
+	if (!a || !a->newest_ns || !zt_first_byte(buf, vlen, &first))
+		return;
+	if (first == 0x14 || first == 0x16)
+		a->arrived_ns = a->newest_ns;
 }
 
 static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_key *key,

@@ -413,16 +413,24 @@ def test_a_program_that_runs_300_ms_and_exits_at_once_is_named_in_full(
 
 def test_a_reader_far_behind_lowers_the_rate_and_loses_nothing() -> None:
     """A ring of 24 samples and a program spinning 2 s (some 190 samples) while nobody reads:
-    past half the ring one sample in 4 is kept, weighing 4; past three quarters none; all of
-    it counted as shed, nothing lost, and the weights still add up to the samples taken. Once
-    the reader keeps up, samples weigh 1 again."""
+    past half the ring one sample in 4 is kept, weighing 4 (the 3 left out counted as
+    thinned); past three quarters none (counted as shed); nothing lost, and the kept weights
+    plus the shed count are the samples taken. Once the reader keeps up, samples weigh 1
+    again.
+
+    The samples taken are the program's time on a CPU at 97 Hz. Its CPU time from the kernel
+    leaves out time the hypervisor stole from its virtual CPU (paravirt steal accounting),
+    while the sampling timer fires through it, so on a VM whose host is busy the samples run
+    ahead of CPU time x 97 (CI14: 243 against 195, ~15 % stolen, with thinned samples then
+    counted twice). The truth lies between CPU time and the spin's wall time, x 97."""
     spin = subprocess.Popen(
         [
             "/usr/bin/python3.11",
             "-c",
-            "import sys, time\nsys.stdin.readline()\n"
+            "import sys, time\nsys.stdin.readline()\nstart = time.monotonic()\n"
             "end = time.process_time() + 2\nwhile time.process_time() < end: pass\n"
-            "print(time.process_time(), flush=True)\nsys.stdin.readline()\n",
+            "print(time.process_time(), time.monotonic() - start, flush=True)\n"
+            "sys.stdin.readline()\n",
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -434,12 +442,15 @@ def test_a_reader_far_behind_lowers_the_rate_and_loses_nothing() -> None:
         probe.attach()
         spin.stdin.write("go\n")
         spin.stdin.flush()
-        cpu_s = float(spin.stdout.readline())  # nobody read meanwhile
+        cpu_s, wall_s = map(float, spin.stdout.readline().split())  # nobody read meanwhile
         behind = [s for s in probe.poll(100) if s.pid == spin.pid]
         assert (probe.lost, probe.malformed) == (0, 0)
         assert probe.shed > 0 and {s.weight for s in behind} == {1, 4}, probe.shed
+        thinned_into = sum(1 for s in behind if s.weight == 4)
+        # each CPU keeps every 4th of its own samples; the last group of each may be cut short
+        assert abs(probe.thinned - 3 * thinned_into) <= 3 * (os.cpu_count() or 1), probe.thinned
         taken = sum(s.weight for s in behind) + probe.shed
-        assert abs(taken - cpu_s * 97) <= 0.15 * cpu_s * 97, (taken, cpu_s)
+        assert 0.9 * cpu_s * 97 <= taken <= 1.1 * wall_s * 97, (taken, cpu_s, wall_s)
         shed_then = probe.shed
         spin.stdin.write("spin on\n")  # (it exits after this line; the reader keeps up now)
         spin.stdin.flush()

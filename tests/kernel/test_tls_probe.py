@@ -163,6 +163,69 @@ ONE_REQUEST_CLIENT = COMMON + textwrap.dedent(
 )
 
 
+# A TLS 1.3 client slow between its handshake and its request (preempted on a busy machine),
+# and a memory-BIO server slow to read: one read takes the client's handshake tail (its
+# ChangeCipherSpec and Finished) and, behind it, the request that came DELAY_S later.
+DELAY_S = 0.2
+HANDSHAKE_TAIL_SERVER = (
+    COMMON
+    + f"WAIT_S = {WAIT_S + DELAY_S}\n"
+    + textwrap.dedent(
+        """
+    import time
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen()
+    print(srv.getsockname()[1], flush=True)
+    raw = srv.accept()[0]
+    inbox, outbox = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(inbox, outbox, server_side=True)
+    while not outbox.pending:  # the ClientHello in, the server's flight out
+        inbox.write(raw.recv(65536))
+        try:
+            tls.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+    raw.sendall(outbox.read())
+    time.sleep(WAIT_S)  # busy: the client's Finished, then its request, wait in the socket
+    data = raw.recv(65536)
+    inbox.write(data)
+    tls.do_handshake()
+    got = b""
+    while len(got) < len(request(0)):
+        try:
+            got += tls.read(65536)
+        except ssl.SSLWantReadError:
+            inbox.write(raw.recv(65536))
+    tls.write(response(0))
+    raw.sendall(outbox.read())
+    print(json.dumps({"first": data[0], "has_request": len(got) == len(request(0))}), flush=True)
+    sys.stdin.readline()
+    """
+    )
+)
+
+SLOW_CLIENT = (
+    COMMON
+    + f"DELAY_S = {DELAY_S}\n"
+    + textwrap.dedent(
+        """
+    import time
+    ctx = ssl.create_default_context(cafile=sys.argv[1])
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    raw = socket.create_connection(("127.0.0.1", int(sys.argv[2])))
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    c = ctx.wrap_socket(raw, server_hostname="localhost")
+    time.sleep(DELAY_S)
+    c.sendall(request(0))
+    assert recv_exact(c, len(response(0))) == response(0)
+    print("done", flush=True)
+    sys.stdin.readline()
+    """
+    )
+)
+
+
 def request(i: int) -> bytes:
     return b"GET /secret/%02d HTTP/1.1\r\n\r\n" % i
 
@@ -337,6 +400,36 @@ def test_memory_bio_ssl_objects_at_a_reused_address_are_bound_to_their_own_conne
         assert WAIT_S * 0.5e6 <= read[0].waited_us <= WAIT_S * 1e6 + 50_000, i
     # The allocator did reuse a freed SSL*'s address (else this test proves nothing new).
     assert probe.tls_rebound > rebound_before
+
+
+def test_a_request_read_with_the_handshake_tail_waited_from_its_own_arrival(
+    probe: SocketProbe, cert: tuple[Path, Path]
+) -> None:
+    """A request that came DELAY_S after the client's TLS 1.3 Finished, read by the same
+    ciphertext read as that Finished, waited from its own arrival: the oldest unread bytes
+    are the handshake's, and their wait is not the request's (bench.busy_llm saw HTTPS TTFTs
+    a few ms too long on its busy clients this way)."""
+    server = _popen(HANDSHAKE_TAIL_SERVER, str(cert[0]), str(cert[1]))
+    client = None
+    samples: list[SocketSample] = []
+    try:
+        port = int(_line(server))
+        client = _popen(SLOW_CLIENT, str(cert[0]), str(port))
+        _line(client)
+        told = json.loads(_line(server))
+        deadline = time.monotonic() + 20
+        while not _requests_read(samples, server.pid):
+            assert time.monotonic() < deadline, "the server's TLS read did not arrive"
+            samples.extend(probe.poll(50))
+    finally:
+        reap(server, client)
+    # The setup: one read took the ChangeCipherSpec the handshake's tail starts with, and
+    # the request behind it.
+    assert told == {"first": 0x14, "has_request": True}, told
+    (read,) = [s for s in _requests_read(samples, server.pid) if s.payload == request(0)]
+    assert read.waited_us is not None
+    # WAIT_S after its own arrival (DELAY_S after the Finished): not WAIT_S + DELAY_S
+    assert WAIT_S * 0.5e6 <= read.waited_us <= WAIT_S * 1e6 + 50_000, read.waited_us
 
 
 def _requests_read(samples: list[SocketSample], pid: int) -> list[SocketDataSample]:

@@ -16,6 +16,7 @@ from bench.busy_llm import (
     cpu_busy_pct,
     main,
     mode_lines,
+    noise_lines,
     read_delays_ms,
     summary_notes,
     verdict_lines,
@@ -134,6 +135,20 @@ def test_verdicts_per_scheme_over_the_means_of_the_rounds() -> None:
     lines = verdict_lines(found)
     assert lines[0].startswith(" http  throughput loss <= 5 %")
     assert lines[0].endswith("PASS") and lines[-1].endswith("MISS")
+
+
+def test_noise_lines_show_how_far_the_unobserved_rounds_are_apart() -> None:
+    runs = [
+        Run("http", 10, measured(20.6, 63), 99, 1.5),
+        Run("http", 10, measured(19.0, 70), 99, 1.5, accuracy(10)),
+        Run("http", 10, measured(19.4, 87), 99, 1.5),
+        Run("https", 10, measured(18, 60), 99, 1.5),  # one unobserved round: no spread
+        Run("https", 10, measured(17, 62), 99, 1.5, accuracy(10)),
+    ]
+    assert noise_lines(runs) == [
+        " http  unobserved rounds among themselves: 19.4-20.6 req/s (6.0 % apart), "
+        "p99 TTFT 63.00-87.00 ms (24.00 ms apart)"
+    ]
 
 
 def test_a_failed_request_fails_every_request_recorded() -> None:

@@ -23,6 +23,7 @@ from tests.unit.http_wire import (
 )
 from zerotrace import names
 from zerotrace.codec import AvroCodec
+from zerotrace_collector.probes.socket import RESUME_AFTER_S
 from zerotrace_correlator import http_counters as c
 from zerotrace_correlator.http_llm_step import CLOSE_GRACE_NS, HttpLlmCorrelator, Output
 
@@ -518,6 +519,13 @@ def test_a_shed_connection_taken_up_again_starts_over_at_its_next_request() -> N
         0,
     )
     assert counts[c.RECORDS_BEFORE_FIRST_REQUEST] == len(rest)
+
+
+def test_the_collector_takes_a_shed_connection_up_again_only_after_the_shed_s_grace() -> None:
+    """The test above holds only while the collector's resume age (socket.c ZT_RESUME_AFTER_NS,
+    set from probes/socket.py) outlasts the SHED's grace here: resumed calls inside the
+    grace would be taken for the rest of the exchange the SHED cut. Two services, one rule."""
+    assert RESUME_AFTER_S * 1e9 > CLOSE_GRACE_NS
 
 
 def test_ciphertext_read_before_the_tls_link_waits_for_the_plaintext() -> None:

@@ -312,6 +312,7 @@ class ProfileFeed:
         out = {
             "lost": self.probe.lost,
             "shed": self.probe.shed,
+            "thinned": self.probe.thinned,  # in kept samples' weights: not lost
             "malformed": self.probe.malformed,
             "off_cpu_full": self.probe.off_cpu_full,
             "news_lost": self.probe.news_lost,

@@ -40,6 +40,7 @@ _STAT_LOST: Final = 0
 _STAT_OFFCPU_FULL: Final = 1
 _STAT_NEWS_LOST: Final = 3
 _STAT_SHED: Final = 4
+_STAT_THINNED: Final = 5
 _FLOW_TAKEN: Final = 1  # zt_profile_flow: bytes this reader took, told to the program
 _MAPPING_TRACEPOINTS: Final = (("syscalls", "sys_enter_mmap"), ("syscalls", "sys_exit_mmap"))
 _PERF_TYPE_SOFTWARE: Final = 1
@@ -104,6 +105,7 @@ class ProfileProbe(AttachedProbe):
         self._news: list[ProcessNews] = []
         self._lost_at_close = 0
         self._shed_at_close = 0
+        self._thinned_at_close = 0
         self._taken = 0  # ring bytes consumed: the program thins its samples when far behind
         # True when the last poll found an eighth of the ring or more waiting: this reader is
         # late (its CPU weight goes up until it keeps up; zerotrace.cpu_budget).
@@ -176,6 +178,7 @@ class ProfileProbe(AttachedProbe):
         if self._bpf is None:
             return
         self._lost_at_close, self._shed_at_close = self.lost, self.shed
+        self._thinned_at_close = self.thinned
         bpf, self._bpf = self._bpf, None
         bpf.cleanup()
 
@@ -258,9 +261,15 @@ class ProfileProbe(AttachedProbe):
 
     @property
     def shed(self) -> int:
-        """Samples not kept because this reader was far behind (profile.c "Shedding"): the
-        rate was lowered (kept samples then weigh more), never a random loss."""
+        """Samples not kept because this reader was far behind (profile.c "Shedding"), in no
+        kept sample's weight: a decision, counted, never a random loss."""
         return self._shed_at_close if self._bpf is None else self._stat(_STAT_SHED)
+
+    @property
+    def thinned(self) -> int:
+        """Samples not kept while the rate was lowered; each is in the weight of a kept one
+        (totals stay right, the resolution drops)."""
+        return self._thinned_at_close if self._bpf is None else self._stat(_STAT_THINNED)
 
     @property
     def news_lost(self) -> int:

@@ -53,7 +53,8 @@ STAT_CALLS_SHED: Final = 4
 STAT_TLS_STALE: Final = 5
 STAT_CONNS_RESUMED: Final = 6
 # A shed connection is taken up again no sooner than this after its mark (socket.c
-# "Shedding"): longer than the correlator's grace for the SHED record (CLOSE_GRACE_NS, 5 s).
+# "Shedding"): longer than the correlator's grace for the SHED record (CLOSE_GRACE_NS, 5 s;
+# tests/unit/test_http_llm_step.py holds the two together).
 RESUME_AFTER_S: Final = 10.0
 FLOW_MAP: Final = b"zt_socket_flow"
 
