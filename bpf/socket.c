@@ -46,6 +46,7 @@
  *   ZT_MAX_INFLIGHT     max threads concurrently inside a traced call
  *   ZT_MAX_SOCKETS      max tracked (pid, fd)
  *   ZT_CAPTURE_TLS      1 = include tls.c
+ *   ZT_KEEP_CIPHERTEXT  1 = emit TLS sockets' syscall events too (marked, no payload)
  *   ZT_NR_CPUS          possible CPU ids (sizes the payload scratch)
  *   ZT_OFF_*            member offsets from /sys/kernel/btf/vmlinux (probes/socket.py
  *                       TCP_SEQ_MEMBERS); without them events carry no tcp_seq
@@ -114,6 +115,9 @@
 #ifndef ZT_CAPTURE_TLS
 #define ZT_CAPTURE_TLS 0
 #endif
+#ifndef ZT_KEEP_CIPHERTEXT
+#define ZT_KEEP_CIPHERTEXT 0
+#endif
 #ifndef ZT_NR_CPUS
 #define ZT_NR_CPUS 1024
 #endif
@@ -136,7 +140,8 @@
 #define ZT_STAT_CALLS_SHED    4 /* data calls not emitted: their connection was shed */
 #define ZT_STAT_TLS_STALE     5 /* an SSL* bound to a socket that is gone: bound again (tls.c) */
 #define ZT_STAT_CONNS_RESUMED 6 /* shed connections taken up again (the reader caught up) */
-#define ZT_STAT_NR            7
+#define ZT_STAT_CIPHERTEXT    7 /* TLS ciphertext calls not emitted (ZT_KEEP_CIPHERTEXT 0) */
+#define ZT_STAT_NR            8
 
 /* Indexes into zt_socket_flow. */
 #define ZT_FLOW_OFFERED 0 /* bytes written to the ring (this program) */
@@ -694,6 +699,12 @@ static __always_inline int zt_data_exit(s64 ret, u8 direction, int vector)
 		return 0; /* EAGAIN, error, or EOF: no bytes moved */
 	if ((st.flags & ZT_SOCK_F_CIPHERTEXT) && direction == ZT_DIR_INGRESS)
 		zt_tls_read_done(tgid, st.fd, st.buf, st.vlen);
+	/* Its plaintext comes from the SSL uprobes; the ciphertext event would only be thrown
+	 * away by the reader, after costing a ring record and a decode. */
+	if ((st.flags & ZT_SOCK_F_CIPHERTEXT) && !ZT_KEEP_CIPHERTEXT) {
+		zt_stat_inc(ZT_STAT_CIPHERTEXT);
+		return 0;
+	}
 	int copy = (st.flags & ZT_SOCK_F_CIPHERTEXT) ? 0 : (vector ? 2 : 1);
 	zt_emit_data(tgid, tid, st.fd, st.start_ns, ret, st.conn_start_ns, direction,
 		     ZT_SRC_SYSCALL, st.op, st.flags, copy, st.buf, st.vlen, st.tcp_seq,

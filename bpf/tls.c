@@ -15,7 +15,8 @@
  *   1. socket BIO (blocking Python ssl, requests, httpx sync): the read()/write()
  *      a thread makes while inside an SSL call is on that SSL*'s fd. zt_tls_on_syscall
  *      (called from socket.c's syscall entry) binds SSL* -> fd and marks the socket
- *      TLS: from then on its syscall events carry ZT_SOCK_F_CIPHERTEXT and no payload.
+ *      TLS: from then on its syscall events are counted, not emitted (with
+ *      ZT_KEEP_CIPHERTEXT, emitted with ZT_SOCK_F_CIPHERTEXT and no payload).
  *   2. memory BIO (asyncio's SSLProtocol, anyio: httpx async, AsyncOpenAI): no
  *      syscall happens inside the SSL call. After SSL_do_handshake/SSL_write* with no
  *      fd seen, the thread's next egress syscall on a tracked socket within

@@ -2,15 +2,16 @@
 
 Decoding lives in :mod:`.socket_decode`, endpoint lookup in :mod:`..proc_net`; this
 module compiles, attaches, polls, resolves endpoints once per connection, applies the
-user-space filters (port, non-TCP fds, TLS ciphertext) and tears down. bcc is imported
+user-space filters (port, non-TCP fds) and tears down. bcc is imported
 lazily in :meth:`SocketProbe.attach`.
 
 The event ring is read a batch per poll (:mod:`.socket_ring`: through its memory map where it
 can be, else through libbpf).
 
-TLS ciphertext: once a socket is seen under an SSL call, the kernel marks its syscall
-events ``ciphertext`` (no payload copied). :meth:`poll` drops them unless
-``keep_ciphertext=True``, counting them in :attr:`SocketProbe.ciphertext_dropped`.
+TLS ciphertext: once a socket is seen under an SSL call, its syscall events are not
+emitted (the plaintext comes from the SSL uprobes), only counted in
+:attr:`SocketProbe.ciphertext_dropped`; with ``keep_ciphertext=True`` they are, marked
+``ciphertext``, with no payload.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ STAT_CONNS_SHED: Final = 3
 STAT_CALLS_SHED: Final = 4
 STAT_TLS_STALE: Final = 5
 STAT_CONNS_RESUMED: Final = 6
+STAT_CIPHERTEXT: Final = 7
 # A shed connection is taken up again no sooner than this after its mark (socket.c
 # "Shedding"): longer than the correlator's grace for the SHED record (CLOSE_GRACE_NS, 5 s;
 # tests/unit/test_http_llm_step.py holds the two together).
@@ -163,7 +165,6 @@ class SocketProbe(AttachedProbe):
         """Why the newest malformed event was refused (for diagnostics)."""
         self.truncated = 0
         """Data samples whose payload holds fewer bytes than the call moved."""
-        self.ciphertext_dropped = 0
         self.filtered = 0
         """Samples dropped in user space: port filter, or the fd turned out not TCP."""
         self.seeded = 0
@@ -179,6 +180,7 @@ class SocketProbe(AttachedProbe):
         self._corrupt_seen = 0
         self._lost_at_close = 0
         self._shed_at_close = (0, 0, 0)
+        self._ciphertext_at_close = 0
         self._last_sweep = 0.0
 
     # -- program -------------------------------------------------------------
@@ -199,6 +201,7 @@ class SocketProbe(AttachedProbe):
             f"-DZT_RESUME_AFTER_NS={int(self.resume_after_s * 1e9)}ULL",
             f"-DZT_NR_CPUS={_possible_cpus()}",
             f"-DZT_CAPTURE_TLS={int(self._tls_enabled())}",
+            f"-DZT_KEEP_CIPHERTEXT={int(self.keep_ciphertext)}",
         ]
         if self.comm_prefix:
             flags.append(f'-DZT_FILTER_COMM="{self.comm_prefix}"')
@@ -273,6 +276,7 @@ class SocketProbe(AttachedProbe):
             return
         self._lost_at_close = self.lost
         self._shed_at_close = (self.conns_shed, self.calls_shed, self.conns_resumed)
+        self._ciphertext_at_close = self.ciphertext_dropped
         bpf, self._bpf = self._bpf, None
         if self._ring is not None:
             self._ring.close()
@@ -385,12 +389,8 @@ class SocketProbe(AttachedProbe):
         return out
 
     def _keep(self, sample: SocketSample) -> bool:
-        if isinstance(sample, SocketDataSample):
-            if sample.ciphertext and not self.keep_ciphertext:
-                self.ciphertext_dropped += 1
-                return False
-            if sample.truncated:
-                self.truncated += 1
+        if isinstance(sample, SocketDataSample) and sample.truncated:
+            self.truncated += 1
         if sample.fd < 0:
             return True  # TLS call with no fd yet: nothing to resolve
         endpoints = self.proc.cached(sample.pid, sample.fd, sample.conn_start_ns)
@@ -470,6 +470,12 @@ class SocketProbe(AttachedProbe):
         """Shed connections taken up again once this reader had caught up (socket.c
         "Shedding"); their exchange in progress then is skipped, not reported in part."""
         return self._shed_at_close[2] if self._bpf is None else self._stat(STAT_CONNS_RESUMED)
+
+    @property
+    def ciphertext_dropped(self) -> int:
+        """Syscalls on TLS sockets not emitted, their plaintext being seen by the SSL uprobes
+        (filtered in the kernel; 0 with keep_ciphertext)."""
+        return self._ciphertext_at_close if self._bpf is None else self._stat(STAT_CIPHERTEXT)
 
     @property
     def tls_rebound(self) -> int:
