@@ -60,12 +60,9 @@ class AvroCodec:
             )
         writer = self._writer_schema(data[2:HEADER_LEN])
         reader = self._schemas.get(writer.full_name, writer)
-        # Our own version written: no resolution to do. fastavro would resolve anyway, every
-        # union value against the reader's branches (a fifth of a SocketBatch's decoding).
-        resolve_to = None if reader is writer else reader.parsed
         buf = io.BytesIO(data[HEADER_LEN:])
         try:
-            datum = schemaless_reader(buf, writer.parsed, resolve_to)
+            datum = schemaless_reader(buf, writer.parsed, reader.parsed)
         except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError, ...
             raise PoisonInput(
                 f"{writer.full_name}: body does not decode ({type(exc).__name__}: {exc})"
