@@ -71,6 +71,7 @@ class Accuracy:
     # Of those, the ones the server's own stamps explain: the request waited for the server
     # to read it (a busy core), which a server-side observer cannot see.
     server_waits: int = 0
+    sides: list[str] = field(default_factory=list)  # error_sides of the requests outside
 
 
 @dataclass
@@ -140,12 +141,49 @@ def worst_errors(
     return ttft, tpot
 
 
+def error_sides(
+    truths: Iterable[Mapping[str, Any]],
+    records: Iterable[Mapping[str, Any]],
+    models: Iterable[str],
+    clock_offset_ns: int,
+) -> list[str]:
+    """Which end of each listed request's TTFT is off, one line each: zerotrace's start
+    against its client's send, and its first token against the client's read of it, with
+    the client's own slack for each (how long its send took; how much earlier the token may
+    have come, tests/harness/llm_load.py). *clock_offset_ns*: the records' epoch time less
+    the truths' CLOCK_MONOTONIC time."""
+    truth_of = {str(t["model"]): t for t in truths}
+    record_of: dict[str, Mapping[str, Any]] = {}
+    for one in measured_server_records(records):
+        record_of.setdefault(str(one["model"]), one)
+    lines = []
+    for model in models:
+        t, found = truth_of.get(model), record_of.get(model)
+        if t is None or found is None or not t["token_ns"]:
+            continue
+        if found.get("ttft_ns") is None or found.get("start_ns") is None:
+            continue
+        r = found
+        start = int(r["start_ns"]) - clock_offset_ns
+        first = start + int(r["ttft_ns"])
+        waits = t.get("token_wait_ns") or [0]
+        lines.append(
+            f"{model}: start {(start - int(t['sent_ns'])) / 1e6:+.2f} ms from the client's "
+            f"send (which took {(int(t['sent_done_ns']) - int(t['sent_ns'])) / 1e6:.2f} ms), "
+            f"first token {(first - int(t['token_ns'][0])) / 1e6:+.2f} ms from its read "
+            f"(which may be {int(waits[0]) / 1e6:.2f} ms late)"
+        )
+    return lines
+
+
 def assess(
     truths: Sequence[Mapping[str, Any]],
     records: Sequence[Mapping[str, Any]],
     stamps: Mapping[str, Mapping[str, Any]],
+    clock_offset_ns: int = 0,
 ) -> Accuracy:
-    """Records against truths; *stamps*: the server's own, by model (openai_server --truth)."""
+    """Records against truths; *stamps*: the server's own, by model (openai_server --truth);
+    *clock_offset_ns*: as error_sides takes it."""
     counts: dict[str, int] = {}
     for r in measured_server_records(records):
         counts[str(r["model"])] = counts.get(str(r["model"]), 0) + 1
@@ -160,6 +198,7 @@ def assess(
         problems=problems,
         outside=len(outside),
         server_waits=len(outside - unexplained),
+        sides=error_sides(truths, records, sorted(outside), clock_offset_ns),
     )
 
 
@@ -335,7 +374,7 @@ def run_mode(mode: str, server: Server, args: argparse.Namespace, store: Path) -
         notes = summary_notes(summary.read_text())
     stamps = read_server_truth(server.truth)  # the last line per model: this run's
     if mode == "on":
-        accuracy = assess(truths, read_records(store), stamps)
+        accuracy = assess(truths, read_records(store), stamps, time.time_ns() - time.monotonic_ns())
     measured = measure(mode, [Truth(**t) for t in truths])
     read_p99 = percentile(read_delays_ms(truths, stamps), 0.99)
     return Run(server.scheme, args.requests, measured, busy, read_p99, accuracy, notes)
@@ -373,6 +412,8 @@ def main() -> None:
                         print("\n".join(mode_lines(round_ + 1, mode, run)), flush=True)
                         for problem in run.accuracy.problems[:3] if run.accuracy else []:
                             print(f"{'':>20}{problem}")
+                        for side in run.accuracy.sides[:3] if run.accuracy else []:
+                            print(f"{'':>20}{side}")
     print()
     if args.requests < 100:
         print(f"(only {args.requests} requests a run: the p99 is close to the maximum, so noisy)")

@@ -14,6 +14,7 @@ from bench.busy_llm import (
     Run,
     assess,
     cpu_busy_pct,
+    error_sides,
     main,
     mode_lines,
     noise_lines,
@@ -95,6 +96,23 @@ def test_assess_counts_records_misses_and_the_server_waits_that_explain_them() -
     assert len(a.problems) == 4  # b's TTFT, c's missing record, d's tokens and TTFT
     assert a.outside == 3
     assert a.server_waits == 1
+
+
+def test_error_sides_say_which_end_of_a_ttft_is_off_and_the_client_s_slack() -> None:
+    offset = 5_000_000 * MS  # records in epoch ns, truths in CLOCK_MONOTONIC ns
+    truths = [
+        truth("model-a-000", sent_done_ns=1_000 * MS + MS // 2, token_wait_ns=[4 * MS, 0, 0]),
+        truth("model-b-001"),
+    ]
+    records = [
+        # started 2 ms after the send began, first token 7 ms before the client read it
+        {**record("model-a-000", ttft_ms=51), "start_ns": offset + 1_002 * MS},
+        {**record("model-b-001", ttft_ms=60), "start_ns": offset + 1_000 * MS},
+    ]
+    assert error_sides(truths, records, ["model-a-000", "model-z-099"], offset) == [
+        "model-a-000: start +2.00 ms from the client's send (which took 0.50 ms), "
+        "first token -7.00 ms from its read (which may be 4.00 ms late)"
+    ]
 
 
 def measured(rps: float, p99: float, failed: int = 0) -> Measure:
