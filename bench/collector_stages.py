@@ -10,6 +10,8 @@ code on them:
 - decode: probes/socket_decode.decode_socket_event on each record;
 - record: feeds.SocketFeed.poll (SocketBatch per connection and poll) over a probe that hands
   it the decoded samples; baseline: socket_records.socket_data_record per event;
+- redact (part of record): what masking credentials and content costs inside SocketFeed.poll,
+  measured as the same poll with and without the redactor, in the same run;
 - encode: AvroCodec.encode of each record;
 - produce: the collector's producer (SpoolingProducer over KafkaProducer) to the real Kafka
   with acknowledgements, flushed at the end (timed), or the in-memory bus with --no-kafka.
@@ -20,7 +22,11 @@ are CPU time of this process per event (so per core; a busy neighbour changes th
 and events/s per core for the whole chain. Start Kafka first (`zerotrace infra up --only
 kafka`).
 
-Run: .venv/bin/python -m bench.collector_stages [--events 200000 --per-poll 2000]
+With --llm the calls are an OpenAI chat request with a bearer key (written) and a streamed
+token's SSE chunk (read), so the redactor has credentials and content to mask in every call;
+without it, plain GETs and JSON answers (nothing to mask: the cost of looking).
+
+Run: .venv/bin/python -m bench.collector_stages [--events 200000 --per-poll 2000] [--llm]
 """
 
 from __future__ import annotations
@@ -54,19 +60,46 @@ ENDS = Endpoints("127.0.0.1", 8000, "127.0.0.1", 41000)
 REQUEST = b"GET /api/items/42 HTTP/1.1\r\nHost: bench\r\nConnection: keep-alive\r\n\r\n"
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n"
 RESPONSE += b'{"item": 42}\r\n\r\n'
+LLM_BODY = (
+    b'{"model":"llama-3.1-8b-instruct","stream":true,"messages":[{"role":"user",'
+    b'"content":"Summarise the quarterly report in three bullet points."}]}'
+)
+LLM_REQUEST = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\n"
+    b"Authorization: Bearer sk-proj-0123456789abcdefghijklmnop\r\n"
+    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(LLM_BODY)
+) + LLM_BODY
+LLM_RESPONSE = (
+    b'5f\r\ndata: {"object":"chat.completion.chunk","choices":[{"index":0,'
+    b'"delta":{"content":" bullet"},"finish_reason":null}]}\n\n\r\n'
+)
+
+
+class _NoRedaction:
+    """The redactor's interface doing nothing: the baseline of the redact row."""
+
+    def redact(self, _conn: Any, _stream: Any, data: bytes, _complete: bool = True) -> bytes:
+        return data
+
+    def forget(self, _conn: Any) -> None:
+        pass
+
+    def counters(self) -> dict[str, int]:
+        return {}
 
 
 # -- the input: the probe's records, and a ring image holding them --------------------------------
 
 
-def probe_records(events: int, connections: int) -> Iterator[bytes]:
+def probe_records(events: int, connections: int, llm: bool = False) -> Iterator[bytes]:
     """zt_sock_data_hdr + payload, as socket.c writes them: a request written, a response
     read, on each connection in turn."""
     comm = b"server".ljust(16, b"\0")
+    request, response = (LLM_REQUEST, LLM_RESPONSE) if llm else (REQUEST, RESPONSE)
     for i in range(events):
         conn, turn = i % connections, i // connections
         egress = turn % 2 == 0
-        payload = REQUEST if egress else RESPONSE
+        payload = request if egress else response
         start = 1_000_000 + i * 10_000
         yield (
             DATA_HEADER.pack(
@@ -139,9 +172,13 @@ def read_ring(image: memoryview, mask: int, producer: int, per_poll_bytes: int) 
     return out
 
 
-def batched_records(samples: list[SocketDataSample], per_poll: int) -> list[RawRecord]:
+def batched_records(
+    samples: list[SocketDataSample], per_poll: int, redact: bool = True
+) -> list[RawRecord]:
     probe = _Probe()
     feed = SocketFeed(probe, NODE, OFFSET_NS)  # type: ignore[arg-type]
+    if not redact:
+        feed.redactor = _NoRedaction()  # type: ignore[assignment]
     feed._containers = {4000: None}
     out: list[RawRecord] = []
     for at in range(0, len(samples), per_poll):
@@ -214,8 +251,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--kafka", default="127.0.0.1:9092", help="bootstrap (127.0.0.1:9092)")
     parser.add_argument("--no-kafka", action="store_true", help="produce to the in-memory bus")
+    parser.add_argument(
+        "--llm", action="store_true", help="chat requests with a bearer key, SSE token chunks"
+    )
     args = parser.parse_args(argv)
-    records = list(probe_records(args.events, args.connections))
+    records = list(probe_records(args.events, args.connections, args.llm))
     image, mask, producer_pos = ring_image(records)
     per_poll_bytes = sum(len(r) for r in records[: args.per_poll])
     n = len(records)
@@ -228,6 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     assert len(raw) == n and raw[0] == records[0], "the ring walk lost records"
     decode_s, samples = timed(lambda: [decode_socket_event(r) for r in raw])
     common = {"ring": ring_s, "decode": decode_s}
+    # The same polls without the redactor, twice each way, alternated: the least of each.
+    with_s, without_s = [], []
+    for _ in range(2):
+        with_s.append(timed(lambda: batched_records(samples, args.per_poll))[0])
+        without_s.append(timed(lambda: batched_records(samples, args.per_poll, False))[0])
+    redact_s = max(min(with_s) - min(without_s), 0.0)
     ways = {
         "batches (SocketBatch)": chain(
             "batches", samples, lambda: batched_records(samples, args.per_poll), codec, producer
@@ -242,6 +288,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stage in stages:
         cells = [common.get(stage, way.get(stage, 0.0)) / n * 1e6 for way in ways.values()]
         print(f"{stage:8}" + "".join(f"{cell:36.2f}" for cell in cells))
+    print(
+        f"redact (part of record, batches): {redact_s / n * 1e6:.2f} us per event "
+        f"({'credentials and content in every call' if args.llm else 'nothing to mask'})"
+    )
     totals = {name: sum({**common, **way}.values()) for name, way in ways.items()}
     for name, total in totals.items():
         rate = n / total if total > 0 else float("inf")

@@ -14,7 +14,7 @@ from zerotrace_cli.profiling_args import (
     profiling_notes,
 )
 from zerotrace_cli.profiling_args import follow as follow_profiled
-from zerotrace_cli.socket_args import add_socket_arguments, socket_options
+from zerotrace_cli.socket_args import add_socket_arguments, redactor, socket_options
 
 if TYPE_CHECKING:
     from zerotrace_collector.feeds import Feed
@@ -116,7 +116,7 @@ def node_feeds(
             libssl=None if args.no_tls else find_libssl(),
             **socket_options(args),
         )
-        feeds.append(SocketFeed(socket_probe, node_id, mono_to_epoch_ns))
+        feeds.append(SocketFeed(socket_probe, node_id, mono_to_epoch_ns, redactor(args)))
     if not args.no_files:
         probe = FileOpenProbe(BPF_DIR, pid_filter=args.pid)
         feeds.append(FileOpenFeed(probe, node_id, mono_to_epoch_ns))

@@ -15,6 +15,7 @@ from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir
 from zerotrace_cli.common import StopFlag, say
 from zerotrace_cli.llm_view import render_llm_view
+from zerotrace_cli.socket_args import add_content_argument, redactor
 
 
 def register(sub: Any) -> None:
@@ -42,6 +43,7 @@ def register(sub: Any) -> None:
     p.add_argument("file", type=Path, help="pcap or pcapng file")
     p.add_argument("--json", type=Path, help="also write every derived record as JSON lines")
     p.add_argument("--rows", type=int, default=30, help="table rows (newest first)")
+    add_content_argument(p)
     p.set_defaults(handler=analyze)
 
 
@@ -76,7 +78,7 @@ def analyze(args: argparse.Namespace) -> int:
     common = settings.load(settings.CommonSettings)
     codec = AvroCodec(load_schema_dir(), InMemorySchemaRegistry())
     step = CorrelatorStep(codec)
-    analysis = PcapAnalysis(common.node_id)
+    analysis = PcapAnalysis(common.node_id, redactor=redactor(args))
     try:
         outputs = [
             o for rec, datum in analysis.records(args.file) for o in step.process_record(rec, datum)

@@ -5,9 +5,13 @@ keyword arguments (checked here, so a bad value is one line before anything is c
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from zerotrace import settings
 from zerotrace.errors import ConfigError
+
+if TYPE_CHECKING:
+    from zerotrace_collector.redaction import Redactor
 
 
 def add_socket_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,6 +39,28 @@ def add_socket_arguments(p: argparse.ArgumentParser) -> None:
         "(default 16384: a streamed token's SSE event is a few hundred bytes; a call that "
         "moves more is cut and counted as truncated)",
     )
+    add_content_argument(p)
+
+
+def add_content_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--keep-content",
+        action="store_true",
+        default=None,
+        help="keep prompt and completion text in what is published and stored (default: "
+        "masked with same-length filler, so token counts and timings still work; or set "
+        "ZEROTRACE_KEEP_CONTENT=1). Credentials (Authorization, cookies, API keys, "
+        "token-shaped values) are masked either way",
+    )
+
+
+def redactor(args: argparse.Namespace) -> Redactor:
+    """What masks credentials, and content unless --keep-content (or its setting) says not."""
+    from zerotrace_collector.redaction import Redactor
+    from zerotrace_collector.settings import CollectorSettings
+
+    chosen = settings.load(CollectorSettings, keep_content=getattr(args, "keep_content", None))
+    return Redactor(keep_content=chosen.keep_content)
 
 
 def socket_options(args: argparse.Namespace) -> dict[str, Any]:

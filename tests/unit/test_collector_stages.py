@@ -31,3 +31,9 @@ def test_a_small_run_prints_each_stage_and_the_whole_chain(
     assert re.search(r"^batches: \d[\d,]* Kafka messages \(\d+\.\d events each\)", out, re.M)
     assert "singles: 3,000 Kafka messages (1.0 events each)" in out
     assert len(re.findall(r"^whole chain, .*: (PASS|MISS)$", out, re.MULTILINE)) == 2
+    assert re.search(r"^redact \(part of record, batches\): \d+\.\d\d us per event", out, re.M)
+
+
+def test_llm_calls_carry_a_key_and_content_for_the_redactor() -> None:
+    records = list(cs.probe_records(4, 2, llm=True))
+    assert b"Authorization: Bearer sk-" in records[0] and b'"content":" bullet"' in records[2]

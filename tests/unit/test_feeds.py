@@ -130,6 +130,8 @@ def test_socket_samples_go_to_their_topics_keyed_by_connection(
         "ciphertext_dropped": 4,
         "filtered": 5,
         "tls_rebound": 8,
+        "redacted": 0,
+        "masked": 0,
     }
 
 

@@ -78,7 +78,7 @@ def test_analyze_prints_the_llm_table_and_what_it_counted(
         "stop",
     ]
     assert "11 packets, 1 HTTP exchanges, 1 LLM requests" in lines
-    assert "counted: bytes 793, flows 1, records 8, segments 11, tcp 11" in lines
+    assert "counted: bytes 793, flows 1, masked 2, records 8, segments 11, tcp 11" in lines
     assert "correlator: http.conns.closed 1, http.exchanges 1" in lines
     assert printed.err == ""
     records = [json.loads(line) for line in out.read_text().splitlines()]

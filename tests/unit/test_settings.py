@@ -196,3 +196,11 @@ def test_profiler_agg_settings_load_from_their_own_variables() -> None:
     assert "ZEROTRACE_PROFILE_WINDOW_MS=2500  # " in "\n".join(describe(agg))
     with pytest.raises(ConfigError, match="ZEROTRACE_PROFILE_LATENESS_MS"):
         load(ProfilerAggSettings, {"ZEROTRACE_PROFILE_LATENESS_MS": "2s"})
+
+
+def test_collector_settings_keep_content_off_unless_asked() -> None:
+    from zerotrace_collector.settings import CollectorSettings
+
+    assert load(CollectorSettings, {}).keep_content is False
+    assert load(CollectorSettings, {"ZEROTRACE_KEEP_CONTENT": "1"}).keep_content
+    assert load(CollectorSettings, {}, keep_content=True).keep_content

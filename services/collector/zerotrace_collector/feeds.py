@@ -12,10 +12,12 @@ from typing import Any, Protocol
 
 from zerotrace import names
 from zerotrace_collector.cgroup import container_id_of
+from zerotrace_collector.probes.event_layout import ConnKind
 from zerotrace_collector.probes.fileio import FileOpenProbe
 from zerotrace_collector.probes.socket import SocketProbe
 from zerotrace_collector.probes.socket_decode import SocketDataSample
 from zerotrace_collector.records import file_open_record
+from zerotrace_collector.redaction import Redactor
 from zerotrace_collector.socket_records import conn_event_record, socket_batch_record
 
 
@@ -103,12 +105,21 @@ class SocketFeed:
 
     name = "socket"
 
-    def __init__(self, probe: SocketProbe, node_id: str, mono_to_epoch_ns: int) -> None:
+    def __init__(
+        self,
+        probe: SocketProbe,
+        node_id: str,
+        mono_to_epoch_ns: int,
+        redactor: Redactor | None = None,
+    ) -> None:
         self.probe = probe
         self.follows = probe.follow
         self._node_id = node_id
         self._offset_ns = mono_to_epoch_ns
         self._containers: dict[int, str | None] = {}
+        # Credentials (and content, unless kept) are masked before a record exists: nothing
+        # downstream (Kafka, the spool, the embedded store) ever holds them.
+        self.redactor = redactor if redactor is not None else Redactor()
 
     def attach(self) -> None:
         self.probe.attach()
@@ -146,9 +157,12 @@ class SocketFeed:
                     del open_batches[key]
                     yield self._batch_record(batch.samples)
                 continue
-            closing = open_batches.pop((sample.pid, sample.fd, sample.conn_start_ns), None)
+            conn = (sample.pid, sample.fd, sample.conn_start_ns)
+            closing = open_batches.pop(conn, None)
             if closing is not None:
                 yield self._batch_record(closing.samples)
+            if sample.kind is ConnKind.CLOSE:
+                self.redactor.forget(conn)
             datum = conn_event_record(
                 sample,
                 self._node_id,
@@ -171,6 +185,12 @@ class SocketFeed:
             self._container(first.pid),
             self.probe.endpoints(first),
         )
+        conn = (first.pid, first.fd, first.conn_start_ns)
+        redact = self.redactor.redact
+        datum["calls"]["payload"] = [
+            redact(conn, (s.direction, s.source), s.payload, len(s.payload) >= s.nbytes)
+            for s in samples
+        ]
         # Keyed by connection: every event of a conversation meets on one partition.
         return RawRecord(
             names.RAW_SOCKET.name,
@@ -192,6 +212,7 @@ class SocketFeed:
             "ciphertext_dropped": p.ciphertext_dropped,
             "filtered": p.filtered,
             "tls_rebound": p.tls_rebound,
+            **self.redactor.counters(),
         }
 
     def close(self) -> None:

@@ -23,7 +23,12 @@ from typing import Any, BinaryIO
 from zerotrace_collector.packets.capture_file import iter_capture
 from zerotrace_collector.packets.captured import CapturedPacket, ReadReport
 from zerotrace_collector.packets.decode import TcpPacket, decode_tcp
-from zerotrace_collector.packets.flows_to_records import MAX_PAYLOAD, Record, records_from_event
+from zerotrace_collector.packets.flows_to_records import (
+    MAX_PAYLOAD,
+    SOCKET_DATA,
+    Record,
+    records_from_event,
+)
 from zerotrace_collector.packets.skip import Skip
 from zerotrace_collector.packets.tcp_reassembly import (
     DEFAULT_LIMITS,
@@ -32,6 +37,7 @@ from zerotrace_collector.packets.tcp_reassembly import (
     ReassemblyLimits,
     TcpReassembler,
 )
+from zerotrace_collector.redaction import Redactor
 
 
 @dataclass
@@ -70,9 +76,12 @@ class PcapAnalysis:
         node_id: str,
         limits: ReassemblyLimits = DEFAULT_LIMITS,
         max_payload: int = MAX_PAYLOAD,
+        redactor: Redactor | None = None,
     ) -> None:
         self.node_id = node_id
         self.max_payload = max_payload
+        # Credentials (and content, unless kept) masked in every record, as for live sockets.
+        self.redactor = redactor if redactor is not None else Redactor()
         self.reassembler = TcpReassembler(limits)
         self.counters = AnalysisCounters()
         self.read = ReadReport()
@@ -111,6 +120,7 @@ class PcapAnalysis:
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = self.counters.as_dict(self.reassembler.counters)
+        out.update(self.redactor.counters())
         out["format"] = self.read.format
         out["problem"] = self.read.problem
         return out
@@ -121,6 +131,17 @@ class PcapAnalysis:
     def _convert(self, events: Iterable[FlowEvent]) -> list[Record]:
         out = [r for e in events for r in records_from_event(e, self.node_id, self.max_payload)]
         self.counters.records += len(out)
+        redactor = self.redactor
+        for record, datum in out:
+            if record == SOCKET_DATA:
+                datum["payload"] = redactor.redact(
+                    datum["conn_id"],
+                    datum["direction"],
+                    datum["payload"],
+                    not datum["payload_truncated"],
+                )
+            elif datum.get("kind") == "CLOSE":
+                redactor.forget(datum["conn_id"])
         return out
 
 

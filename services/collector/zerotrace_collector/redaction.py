@@ -1,0 +1,427 @@
+"""Credentials and prompt text kept on the node (pure): what the collector does to every
+captured payload before anything is published, spooled or written.
+
+Two kinds of masking, each byte for byte (`*` over the value, the length unchanged, so HTTP
+framing, chunk sizes, Content-Length, TCP sequence numbers and the correlator's token counts
+still hold):
+
+- credentials, always: the values of Authorization, Proxy-Authorization, Cookie, Set-Cookie,
+  X-Api-Key, Api-Key (and a few vendors' equivalents) header lines, keeping an auth scheme
+  word such as ``Bearer``; query-string parameters named like a key, token, secret or
+  signature; JSON members named so (``"api_key": "..."``); and token-shaped values anywhere
+  (``sk-...``, ``Bearer ...``, JWTs, GitHub, Slack, Hugging Face, AWS and Google keys),
+  keeping only the prefix that says what kind of key it was.
+- content, unless the user opts in (OpenTelemetry's GenAI rule: message content is captured
+  only on request): JSON string values of the members that carry prompt or completion text
+  (``content``, ``text``, ``prompt``, ``input``, ``arguments``, ``delta``, ...), and every
+  string inside such a member's array (``"prompt": ["..", ".."]``). Model names, roles, ids,
+  finish reasons and usage stay as they are: the correlator needs them.
+
+Why a scanner of trigger patterns and not an HTTP and JSON parser: it runs on every call a
+traced server makes, in the collector, before the correlator has framed anything. One C-level
+regex search finds the next thing to mask; Python runs only where something is masked. A
+stream's state (inside a header value, a JSON string, an array of strings, a token) carries
+over to the next call of the same connection and direction, and a short tail of the previous
+call's bytes is searched again so a trigger split across two calls is still found.
+
+Limits, on purpose:
+- A raw CR or LF cannot be inside a JSON string, so inside one it is framing: a chunked body's
+  size line (``\\r\\n1a\\r\\n``) is left as it is and the string goes on after it; any other
+  line end ends the string.
+- A call captured in part (payload shorter than the bytes it moved) loses the bytes between
+  it and the next call: an open state is kept (over-masking is the safe side) unless the next
+  call starts a new HTTP message, which resets it.
+- HTTP/2's HPACK-coded headers (Huffman strings) are not decoded here: token-shaped literals
+  are masked, a Huffman-coded Authorization value is not. Noted in README as not done.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable
+from typing import Final
+
+__all__ = ["RedactionCounts", "Redactor", "StreamRedactor"]
+
+FILL: Final = b"*"[0]
+# Bytes of a call searched again with the next: longer than any trigger (`\nproxy-
+# authorization: `, `"reasoning_content": "`); a key cut by the call's end is found at once.
+TAIL: Final = 48
+
+_HEADERS: Final = (
+    rb"authorization|proxy-authorization|cookie|set-cookie|x-api-key|api-key|x-goog-api-key"
+    rb"|x-auth-token|x-amz-security-token|x-csrf-token|x-xsrf-token|anthropic-api-key"
+)
+_QUERY_KEYS: Final = (
+    rb"api[_-]?key|key|token|access_token|id_token|auth|password|passwd|secret|client_secret"
+    rb"|sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token"
+)
+_JSON_CREDENTIALS: Final = (
+    rb"api[_-]?key|apikey|access_token|refresh_token|id_token|token|password|passwd|secret"
+    rb"|client_secret|authorization|private_key"
+)
+# Members whose string value is prompt or completion text, across the LLM APIs the
+# correlator reads (OpenAI chat, completions and responses; Anthropic; Gemini; Ollama; TGI).
+_CONTENT: Final = (
+    rb"content|text|prompt|input|instructions|system|arguments|reasoning_content|reasoning"
+    rb"|refusal|partial_json|thinking|delta|response|generated_text|query|document|suffix"
+)
+_CONTENT_ARRAYS: Final = rb"prompt|input|documents|texts|stop|content"
+# Token shapes: a run of at least _TOKEN_RUN key characters starting with one of these.
+_TOKEN_PREFIXES: Final = (
+    b"sk-", b"sk_live_", b"rk_live_", b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_",
+    b"github_pat_", b"xoxa-", b"xoxb-", b"xoxp-", b"xoxr-", b"xoxs-", b"hf_", b"glpat-",
+    b"AKIA", b"ASIA", b"AIza", b"eyJ",
+)  # fmt: skip
+_TOKEN_RUN: Final = 16
+_KEY_CHARS: Final = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+# Key characters -> `a`, the rest -> space: a long run shows as `a` * _TOKEN_RUN in one C call.
+_RUNS_OF_KEY_CHARS: Final = bytes(0x61 if b in _KEY_CHARS else 0x20 for b in range(256))
+_LONG_RUN: Final = b"a" * _TOKEN_RUN
+_WORD_BYTES: Final = frozenset(_KEY_CHARS)
+_WS: Final = rb"[ \t\r\n]*"
+
+# Why several searches and not one alternation: Python's regex engine tries every branch at
+# every position; one pattern of them all cost ~20 us per 160-byte call here. Each search
+# below starts with a literal (a line feed, a quote) that the engine skips to, or runs only
+# when a C-level `in` says its trigger may be there: ~2 us per call with nothing to mask.
+# They run on the call's bytes lowered (ASCII only, so every index stays the same).
+_HEADER: Final = re.compile(rb"\n(?:" + _HEADERS + rb")[ \t]*:[ \t]*")
+_HEADER_AT_START: Final = re.compile(rb"(?:" + _HEADERS + rb")[ \t]*:[ \t]*")
+_QUERY: Final = re.compile(rb"[?&;](?:" + _QUERY_KEYS + rb")=")
+_BEARER: Final = re.compile(rb"bearer[ \t]+")  # a literal first: the engine skips to it
+# One pass over a call's quotes: a JSON credential member, or (unless content is kept) a
+# content member or array.
+_JSON_CREDENTIAL: Final = rb"(?P<jsoncred>" + _JSON_CREDENTIALS + rb')"' + _WS + b":" + _WS + b'"'
+_JSON_WITH_CONTENT: Final = re.compile(
+    rb'"(?:'
+    + _JSON_CREDENTIAL
+    + rb"|(?P<array>"
+    + _CONTENT_ARRAYS
+    + rb')"'
+    + _WS
+    + b":"
+    + _WS
+    + rb"\[|(?P<content>"
+    + _CONTENT
+    + rb')"'
+    + _WS
+    + b":"
+    + _WS
+    + b'")'
+)
+_JSON_CREDENTIALS_ONLY: Final = re.compile(rb'"(?:' + _JSON_CREDENTIAL + b")")
+
+_SCHEMES: Final = rb"bearer|basic|digest|token|bot|negotiate|aws4-hmac-sha256"
+_SCHEME: Final = re.compile(rb"(?i:" + _SCHEMES + rb")[ \t]+")
+_SCHEME_WORDS: Final = b"|" + _SCHEMES  # `|word` each: a word's start is found as `|start`
+_HEADER_VALUE: Final = re.compile(rb"[^\r\n]*")
+_QUERY_VALUE: Final = re.compile(rb"[^&\s#\"'<>;]*")
+_TOKEN_VALUE: Final = re.compile(rb"[A-Za-z0-9_\-.~+/=]*")
+# A JSON string's body up to its closing quote, a line end, or a lone backslash at the end.
+_STRING_BODY: Final = re.compile(rb'(?:[^"\\\r\n]|\\[^\r\n])*')
+_CHUNK_LINE: Final = re.compile(rb"\r\n[0-9A-Fa-f]{1,8}(?:;[^\r\n]*)?\r\n")
+_CHUNK_LINE_START: Final = re.compile(rb"\r(?:\n[0-9A-Fa-f]{0,8}(?:;[^\r\n]*)?\r?)?\Z")
+_ARRAY_STEP: Final = re.compile(rb'[\[\]"]')
+_MESSAGE_START: Final = re.compile(rb"(?:[A-Z]{3,10} \S+ HTTP/1\.[01]\r?\n|HTTP/1\.[01] \d{3})")
+
+# States a stream may be left in at the end of a call.
+_NONE: Final = 0
+_HEADER_OPEN: Final = 1  # inside a credential header's value: masked to the line end
+_QUERY_OPEN: Final = 2  # inside a credential query parameter's value
+_TOKEN_OPEN: Final = 3  # inside a token-shaped value
+_STRING: Final = 4  # inside a masked JSON string
+_ARRAY: Final = 5  # inside a content array: every string masked until its `]`
+_ARRAY_STRING: Final = 6  # inside a string of such an array
+
+
+def _prefix_len(text: bytes, at: int) -> int:
+    """How much of the token at *at* to keep: its prefix, which says what kind it was."""
+    return next(len(p) for p in _TOKEN_PREFIXES if text.startswith(p, at))
+
+
+class RedactionCounts:
+    """What was masked, shared by every stream of one redactor."""
+
+    __slots__ = ("content", "credentials")
+
+    def __init__(self) -> None:
+        self.credentials = 0  # credential values masked
+        self.content = 0  # prompt or completion strings masked
+
+    def as_dict(self) -> dict[str, int]:
+        return {"redacted": self.credentials, "masked": self.content}
+
+
+class StreamRedactor:
+    """One direction of one connection: call `redact` with its calls' payloads in order."""
+
+    __slots__ = (
+        "_counts",
+        "_depth",
+        "_escape",
+        "_keep_content",
+        "_pending",
+        "_resume_back",
+        "_state",
+        "_tail",
+    )
+
+    def __init__(self, keep_content: bool = False, counts: RedactionCounts | None = None) -> None:
+        self._keep_content = keep_content
+        self._counts = counts if counts is not None else RedactionCounts()
+        self._state = _NONE
+        self._escape = False  # _STRING / _ARRAY_STRING: the call ended on a backslash
+        self._depth = 0  # _ARRAY / _ARRAY_STRING: open brackets
+        self._tail = b""
+        self._resume_back = 0  # tail bytes to scan again on resume (a split chunk-size line)
+        # A trigger ended the previous call before its value began: it is found again with
+        # the next call's bytes and dealt with then (so a split gives what no split gives).
+        self._pending = False
+
+    def redact(self, data: bytes, complete: bool = True) -> bytes:
+        """*data* with its credentials (and, unless kept, its content) masked; the same
+        object when nothing was. *complete*: False when the call moved more bytes than
+        *data* holds (capture size), so the next call does not follow on from it."""
+        if not data:
+            if not complete:  # a gap: what follows does not continue the tail
+                self._tail = b""
+                self._pending = False
+            return data
+        if self._state != _NONE and _MESSAGE_START.match(data):
+            self._state = _NONE  # a new message: what was open ended in bytes not seen
+            self._tail = b""
+            self._pending = False
+        shift = len(self._tail)
+        text = self._tail + data if shift else data
+        masks: list[tuple[int, int]] = []
+        at = self._resume(text, shift, masks) if self._state != _NONE else shift
+        if self._state == _NONE:
+            at = self._scan(text, shift, at, masks)
+        if complete:
+            self._tail = text[-TAIL:]
+        else:
+            self._tail = b""
+            self._pending = False
+        if not masks:
+            return data
+        out = bytearray(data)
+        for start, end in masks:
+            start = max(start - shift, 0)
+            end -= shift
+            if end > start:
+                out[start:end] = bytes((FILL,)) * (end - start)
+        return bytes(out)
+
+    def _triggers(self, text: bytes, start: int) -> list[tuple[int, int, str]]:
+        """(start, end, kind) of every trigger from *start* on, in no order."""
+        low = text.lower()
+        found = [(m.start(), m.end(), "header") for m in _HEADER.finditer(low, start)]
+        if start == 0:
+            m = _HEADER_AT_START.match(low)
+            if m is not None:
+                found.append((0, m.end(), "header"))
+        if b"=" in text:
+            found += [(m.start(), m.end(), "query") for m in _QUERY.finditer(low, start)]
+        if b"bearer" in low:
+            for m in _BEARER.finditer(low, start):
+                if m.start() == 0 or low[m.start() - 1] not in _WORD_BYTES:
+                    found.append((m.start(), m.end(), "bearer"))
+        if b'"' in text:
+            json = _JSON_CREDENTIALS_ONLY if self._keep_content else _JSON_WITH_CONTENT
+            found += [(m.start(), m.end(), m.lastgroup or "") for m in json.finditer(low, start)]
+        runs = text.translate(_RUNS_OF_KEY_CHARS)
+        at = runs.find(_LONG_RUN, start)
+        while at >= 0:  # each run of key characters long enough to be a key: its prefix?
+            at = runs.rfind(b" ", 0, at) + 1
+            if text.startswith(_TOKEN_PREFIXES, at):
+                found.append((at, at + _prefix_len(text, at), "token"))
+            end = runs.find(b" ", at)
+            if end < 0:
+                break
+            at = runs.find(_LONG_RUN, end)
+        if runs.endswith(b"a"):  # the call ends in key characters: a key cut short?
+            at = max(runs.rfind(b" ") + 1, start)
+            if len(text) - at < _TOKEN_RUN and text.startswith(_TOKEN_PREFIXES, at):
+                found.append((at, at + _prefix_len(text, at), "token"))
+        return found
+
+    def _scan(self, text: bytes, shift: int, at: int, masks: list[tuple[int, int]]) -> int:
+        """Deal with the triggers from *at* on, in order (one may begin in the tail, none may
+        end there)."""
+        pending = self._pending
+        self._pending = False
+        start = 0 if at == shift else at  # from the tail's start: a trigger may straddle
+        found = self._triggers(text, start)
+        if not found:
+            return len(text)
+        found.sort()
+        counts = self._counts
+        for m_start, m_end, kind in found:
+            if m_start < start:
+                continue  # inside what the trigger before it masked
+            if m_end < shift or (m_end == shift and not pending):
+                continue  # wholly in the tail: the previous call dealt with it
+            if m_end == len(text) and kind != "token":  # its value is in the next call, if any
+                self._pending = True
+                return len(text)
+            value = m_end
+            if kind == "content" or kind == "jsoncred":
+                if kind == "content":
+                    counts.content += 1
+                else:
+                    counts.credentials += 1
+                self._escape = False
+                start = self._string(text, value, masks, _STRING)
+            elif kind == "array":
+                counts.content += 1
+                self._depth = 1
+                start = self._array(text, value, masks)
+            else:
+                counts.credentials += 1
+                if kind == "header":
+                    scheme = _SCHEME.match(text, value)
+                    rest = text[value : value + 20]
+                    if (
+                        scheme is None
+                        and len(text) - value < 20
+                        and b"|" + rest.lower() in _SCHEME_WORDS
+                    ):
+                        counts.credentials -= 1
+                        self._pending = True  # `Authorization: Bea`: the rest says more
+                        return len(text)
+                    value = scheme.end() if scheme else value
+                    start = self._run(text, value, _HEADER_VALUE, masks, _HEADER_OPEN)
+                elif kind == "query":
+                    start = self._run(text, value, _QUERY_VALUE, masks, _QUERY_OPEN)
+                else:  # bearer, token
+                    start = self._run(text, value, _TOKEN_VALUE, masks, _TOKEN_OPEN)
+            if self._state != _NONE:
+                return len(text)
+        return start
+
+    def _resume(self, text: bytes, shift: int, masks: list[tuple[int, int]]) -> int:
+        """Go on with the state the previous call ended in; where it ends, scanning for
+        triggers goes on."""
+        state = self._state
+        at = shift - self._resume_back
+        self._resume_back = 0
+        if state == _HEADER_OPEN:
+            return self._run(text, at, _HEADER_VALUE, masks, _HEADER_OPEN)
+        if state == _QUERY_OPEN:
+            return self._run(text, at, _QUERY_VALUE, masks, _QUERY_OPEN)
+        if state == _TOKEN_OPEN:
+            return self._run(text, at, _TOKEN_VALUE, masks, _TOKEN_OPEN)
+        if state == _STRING:
+            return self._string(text, at, masks, _STRING)
+        if state == _ARRAY_STRING:
+            at = self._string(text, at, masks, _ARRAY_STRING)
+            if self._state == _ARRAY_STRING:
+                return at
+        return self._array(text, at, masks)
+
+    def _run(
+        self,
+        text: bytes,
+        at: int,
+        value: re.Pattern[bytes],
+        masks: list[tuple[int, int]],
+        state: int,
+    ) -> int:
+        """Mask what *value* matches from *at*; a value that reaches the end stays open."""
+        end = value.match(text, at).end()  # type: ignore[union-attr]  # `*`: always matches
+        if end > at:
+            masks.append((at, end))
+        self._state = state if end == len(text) else _NONE
+        return end
+
+    def _string(self, text: bytes, at: int, masks: list[tuple[int, int]], state: int) -> int:
+        """Mask a JSON string's body from *at* (just past its opening quote, or where the
+        previous call left it); returns the index past its closing quote. Leaves the stream
+        in *state* when the call ends inside the string, else in _NONE (_ARRAY for a string
+        of an array)."""
+        closed_state = _ARRAY if state == _ARRAY_STRING else _NONE
+        if self._escape and at < len(text):
+            self._escape = False
+            masks.append((at, at + 1))
+            at += 1
+        size = len(text)
+        while True:
+            end = _STRING_BODY.match(text, at).end()  # type: ignore[union-attr]
+            if end > at:
+                masks.append((at, end))
+            if end == size:
+                self._state = state
+                return end
+            byte = text[end]
+            if byte == 0x22:  # the closing quote
+                self._state = closed_state
+                return end + 1
+            if byte == 0x5C:  # a backslash, the last byte of the call: escapes the next
+                masks.append((end, end + 1))
+                self._escape = True
+                self._state = state
+                return size
+            chunk = _CHUNK_LINE.match(text, end)
+            if chunk is not None:  # a chunk boundary inside the string: framing, kept
+                at = chunk.end()
+                continue
+            if _CHUNK_LINE_START.match(text, end):  # perhaps one, cut by the call's end
+                self._resume_back = size - end
+                self._state = state
+                return size
+            self._state = closed_state  # a bare line end: not JSON after all, or cut short
+            return end
+
+    def _array(self, text: bytes, at: int, masks: list[tuple[int, int]]) -> int:
+        """Inside a content array: mask each string until the bracket that closes it."""
+        size = len(text)
+        while True:
+            m = _ARRAY_STEP.search(text, at)
+            if m is None:
+                self._state = _ARRAY
+                return size
+            byte = text[m.start()]
+            if byte == 0x22:
+                self._escape = False
+                at = self._string(text, m.end(), masks, _ARRAY_STRING)
+                if self._state == _ARRAY_STRING:
+                    return at
+                continue
+            self._depth += 1 if byte == 0x5B else -1
+            at = m.end()
+            if self._depth == 0:
+                self._state = _NONE
+                return at
+
+
+class Redactor:
+    """Every stream of a source (a feed, a capture): a `StreamRedactor` per connection and
+    stream key, forgotten when the connection closes. Bounded: past *max_conns* open
+    connections all state is dropped (each stream then starts afresh: only a value split
+    across that moment can be missed, and it is counted in `dropped`)."""
+
+    def __init__(self, keep_content: bool = False, max_conns: int = 65_536) -> None:
+        self.keep_content = keep_content
+        self.counts = RedactionCounts()
+        self.dropped = 0
+        self._max_conns = max_conns
+        self._conns: dict[Hashable, dict[Hashable, StreamRedactor]] = {}
+
+    def redact(self, conn: Hashable, stream: Hashable, data: bytes, complete: bool = True) -> bytes:
+        streams = self._conns.get(conn)
+        if streams is None:
+            if len(self._conns) >= self._max_conns:
+                self.dropped += len(self._conns)
+                self._conns.clear()
+            streams = self._conns[conn] = {}
+        redactor = streams.get(stream)
+        if redactor is None:
+            redactor = streams[stream] = StreamRedactor(self.keep_content, self.counts)
+        return redactor.redact(data, complete)
+
+    def forget(self, conn: Hashable) -> None:
+        self._conns.pop(conn, None)
+
+    def counters(self) -> dict[str, int]:
+        return self.counts.as_dict()
