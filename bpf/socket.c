@@ -141,7 +141,8 @@
 #define ZT_STAT_TLS_STALE     5 /* an SSL* bound to a socket that is gone: bound again (tls.c) */
 #define ZT_STAT_CONNS_RESUMED 6 /* shed connections taken up again (the reader caught up) */
 #define ZT_STAT_CIPHERTEXT    7 /* TLS ciphertext calls not emitted (ZT_KEEP_CIPHERTEXT 0) */
-#define ZT_STAT_NR            8
+#define ZT_STAT_PORT_FILTERED 8 /* connections not tracked: neither port is in ZT_FILTER_PORTS */
+#define ZT_STAT_NR            9
 
 /* Indexes into zt_socket_flow. */
 #define ZT_FLOW_OFFERED 0 /* bytes written to the ring (this program) */
@@ -565,20 +566,51 @@ static __always_inline void zt_tcp_unread_take(u64 sk, u8 direction, int queued,
  * tcp:tcp_probe followed the socket, else its tcp_mstamp (its most recent segment, sent or
  * received; us). A read entered on an empty socket (a blocking server waiting for the next
  * request) gets no arrival: its bytes come during the call, and its end is their time. */
+/* The struct sock behind this task's socket fd, into *sk; 0 when it cannot be read. */
+static __always_inline int zt_sk_of_fd(s32 fd, u64 *sk)
+{
+	u64 task = bpf_get_current_task();
+	u64 files = 0, fdt = 0, fds = 0, file = 0, sock = 0, back = 0;
+	u32 max_fds = 0;
+	return fd >= 0 && zt_read_ptr(&files, task, ZT_OFF_TASK_FILES) &&
+	       zt_read_ptr(&fdt, files, ZT_OFF_FILES_FDT) &&
+	       !bpf_probe_read_kernel(&max_fds, sizeof(max_fds), (void *)(fdt + ZT_OFF_FDT_MAX_FDS)) &&
+	       (u32)fd < max_fds && zt_read_ptr(&fds, fdt, ZT_OFF_FDT_FD) &&
+	       zt_read_ptr(&file, fds, (u64)fd * 8) &&
+	       zt_read_ptr(&sock, file, ZT_OFF_FILE_PRIVATE_DATA) &&
+	       zt_read_ptr(&back, sock, ZT_OFF_SOCKET_FILE) && back == file &&
+	       zt_read_ptr(sk, sock, ZT_OFF_SOCKET_SK);
+}
+
+#if defined(ZT_FILTER_PORTS) && defined(ZT_OFF_SKC_NUM)
+/* --port in the kernel: whether the socket at fd has a wanted port, local or remote (read from
+ * its sock_common once, when connect or accept returns: both are set by then, the local one
+ * by connect's autobind). A connection on other ports is never tracked, so nothing of it is
+ * emitted, and no SSL* is ever bound to it (tls.c): its TLS calls are never placed either. */
+static __always_inline int zt_ports_wanted(s32 fd)
+{
+	u64 sk = 0;
+	u16 local = 0, remote_be = 0;
+	if (!zt_sk_of_fd(fd, &sk) ||
+	    bpf_probe_read_kernel(&local, sizeof(local), (void *)(sk + ZT_OFF_SKC_NUM)) ||
+	    bpf_probe_read_kernel(&remote_be, sizeof(remote_be), (void *)(sk + ZT_OFF_SKC_DPORT)))
+		return 1; /* cannot tell here: user space judges by /proc */
+	u16 remote = bpf_ntohs(remote_be);
+	const u16 wanted[] = {ZT_FILTER_PORTS};
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(wanted) / sizeof(wanted[0])); i++) {
+		if (wanted[i] == local || wanted[i] == remote)
+			return 1;
+	}
+	return 0;
+}
+#endif
+
 static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u64 conn_start_ns, u32 *seq,
 				      u64 *arrived_ns, u64 *newest_ns)
 {
-	u64 task = bpf_get_current_task();
-	u64 files = 0, fdt = 0, fds = 0, file = 0, sock = 0, back = 0, sk = 0;
-	u32 max_fds = 0;
-	if (fd < 0 || !zt_read_ptr(&files, task, ZT_OFF_TASK_FILES) ||
-	    !zt_read_ptr(&fdt, files, ZT_OFF_FILES_FDT) ||
-	    bpf_probe_read_kernel(&max_fds, sizeof(max_fds), (void *)(fdt + ZT_OFF_FDT_MAX_FDS)) ||
-	    (u32)fd >= max_fds || !zt_read_ptr(&fds, fdt, ZT_OFF_FDT_FD) ||
-	    !zt_read_ptr(&file, fds, (u64)fd * 8) ||
-	    !zt_read_ptr(&sock, file, ZT_OFF_FILE_PRIVATE_DATA) ||
-	    !zt_read_ptr(&back, sock, ZT_OFF_SOCKET_FILE) || back != file ||
-	    !zt_read_ptr(&sk, sock, ZT_OFF_SOCKET_SK))
+	u64 sk = 0;
+	if (!zt_sk_of_fd(fd, &sk))
 		return 0;
 	u64 off = direction == ZT_DIR_EGRESS ? ZT_OFF_TCP_WRITE_SEQ : ZT_OFF_TCP_COPIED_SEQ;
 	if (bpf_probe_read_kernel(seq, sizeof(*seq), (void *)(sk + off)) != 0)
@@ -600,6 +632,13 @@ static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u64 conn_start_ns, u
 				      u64 *arrived_ns, u64 *newest_ns)
 {
 	return 0;
+}
+#endif
+
+#if !(defined(ZT_FILTER_PORTS) && defined(ZT_OFF_SKC_NUM) && defined(ZT_OFF_TCP_WRITE_SEQ))
+static __always_inline int zt_ports_wanted(s32 fd)
+{
+	return 1; /* no port filter, or no offsets: user space filters by /proc */
 }
 #endif
 
@@ -801,6 +840,10 @@ static __always_inline void zt_emit_conn(u32 tgid, u32 tid, struct zt_sys_call *
 /* 0: tracked; 1: tracked but shed from birth (nothing of it is emitted); -1: not tracked. */
 static __always_inline int zt_track(u32 tgid, s32 fd, u16 family, u8 origin, u64 now)
 {
+	if (!zt_ports_wanted(fd)) {
+		zt_stat_inc(ZT_STAT_PORT_FILTERED);
+		return -1;
+	}
 	struct zt_sock_key key = {.pid = tgid, .fd = fd};
 	struct zt_sock_info info = {.conn_start_ns = now, .family = family, .origin = origin};
 	info.shed = zt_behind();

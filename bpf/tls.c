@@ -143,6 +143,35 @@ static __always_inline void zt_tls_read_done(u32 tgid, s32 fd, u64 buf, u64 vlen
 		a->arrived_ns = a->newest_ns;
 }
 
+/* The SSL* of a memory-BIO peer is now bound to this socket. Its calls made before (with
+ * ZT_SOCK_F_FD_UNKNOWN and the SSL* as conn_start_ns) can now be placed on it in user space,
+ * which a port filter needs (tls_placement.py): a conn event of kind ZT_CONN_TLS_BOUND, its ret
+ * the SSL*. It follows those calls in the ring, so user space places them exactly, in order. */
+static __always_inline void zt_tls_announce(u32 tgid, u32 tid, struct zt_sock_key *key,
+					    struct zt_sock_info *info, u64 ssl)
+{
+	struct zt_sock_conn_event *ev = zt_socket_events.ringbuf_reserve(sizeof(*ev));
+	if (!ev) {
+		zt_stat_inc(ZT_STAT_LOST);
+		return;
+	}
+	zt_offered(sizeof(*ev));
+	__builtin_memset(ev, 0, sizeof(*ev));
+	ev->type = ZT_EVENT_SOCK_CONN;
+	ev->pid = tgid;
+	ev->tid = tid;
+	ev->fd = key->fd;
+	ev->cgroup_id = bpf_get_current_cgroup_id();
+	ev->start_ns = bpf_ktime_get_ns();
+	ev->end_ns = ev->start_ns;
+	ev->ret = (s64)ssl;
+	ev->conn_start_ns = info->conn_start_ns;
+	ev->kind = ZT_CONN_TLS_BOUND;
+	ev->family = info->family;
+	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	zt_socket_events.ringbuf_submit(ev, zt_wakeup_flag(sizeof(*ev)));
+}
+
 static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_key *key,
 					    struct zt_sock_info *info, u8 direction, u64 buf,
 					    u64 vlen)
@@ -176,6 +205,8 @@ static __always_inline u8 zt_tls_on_syscall(u32 tgid, u32 tid, struct zt_sock_ke
 	b.guessed = 1;
 	zt_tls_fds.update(&sk, &b);
 	info->tls = ZT_TLS_YES;
+	if (record == ZT_TLS_RECORD_DATA) /* after a handshake bind, no call was unplaced */
+		zt_tls_announce(tgid, tid, key, info, sk.ssl);
 	return 0;
 }
 
@@ -281,6 +312,9 @@ static __always_inline int zt_ssl_exit(struct pt_regs *ctx)
 				flags |= ZT_SOCK_F_FD_GUESSED;
 		} else {
 			flags |= ZT_SOCK_F_FD_UNKNOWN;
+			/* No connection yet: conn_start_ns names the SSL* instead, so user space
+			 * can place the call once the SSL* is bound (a port filter needs it). */
+			conn_start_ns = st.ssl;
 			if (st.direction == ZT_DIR_EGRESS)
 				zt_ssl_set_pending(tid, st.ssl, ZT_TLS_RECORD_DATA);
 		}

@@ -101,7 +101,8 @@ _Static_assert(sizeof(struct zt_file_open_event) == 320,
  *       24    8 start_ns       call entry (CLOCK_MONOTONIC)
  *       32    8 end_ns         call return (CLOCK_MONOTONIC)
  *       40    8 ret            bytes transferred (> 0)
- *       48    8 conn_start_ns  identifies the connection on (pid, fd): ktime when tracking began
+ *       48    8 conn_start_ns  identifies the connection on (pid, fd): ktime when tracking began;
+ *                              with ZT_SOCK_F_FD_UNKNOWN (TLS, no socket yet) the SSL* instead
  *       56    1 direction      ZT_DIR_*
  *       57    1 source         ZT_SRC_*
  *       58    1 op             ZT_OP_*
@@ -145,6 +146,8 @@ _Static_assert(sizeof(struct zt_sock_data_hdr) == 88,
 #define ZT_CONN_ACCEPT  2
 #define ZT_CONN_CLOSE   3
 #define ZT_CONN_SHED    4 /* shed from here on (socket.c "Shedding"): its exchange is cut */
+#define ZT_CONN_TLS_BOUND 5 /* tls.c: an SSL* bound to this socket; ret = the SSL* (never
+			     * published: user space places that SSL*'s earlier calls) */
 
 /*
  * A tracked socket appears (connect, accept) or goes (close).

@@ -21,7 +21,8 @@ import pytest
 
 from tests.ebpf_required import ebpf_missing, require
 from tests.harness.services import reap
-from zerotrace_collector.probes.event_layout import ConnKind, Direction, Source
+from zerotrace_collector.probes import tls_placement
+from zerotrace_collector.probes.event_layout import F_FD_UNKNOWN, ConnKind, Direction, Source
 from zerotrace_collector.probes.socket import SocketProbe
 from zerotrace_collector.probes.socket_decode import ConnSample, SocketDataSample, SocketSample
 from zerotrace_collector.probes.tls import find_libssl
@@ -438,3 +439,100 @@ def _requests_read(samples: list[SocketSample], pid: int) -> list[SocketDataSamp
         if s.pid == pid and isinstance(s, SocketDataSample) and s.source is Source.TLS
         and s.direction is Direction.INGRESS
     ]  # fmt: skip
+
+
+# A memory-BIO client (asyncio's way) whose SSL* stays unbound through its handshake: it sends
+# each handshake flight later than bpf/tls.c's 50 ms pending window. Its first SSL_write is then
+# made with no socket known (F_FD_UNKNOWN). Connection "bound": it sends that record itself at
+# once, which binds the SSL*; connection "never": another thread sends it, so it never is.
+UNBOUND_CLIENT = COMMON + textwrap.dedent(
+    """
+    import threading, time
+    ctx = ssl.create_default_context(cafile=sys.argv[1])
+    def session(port, i, sender):
+        raw = socket.create_connection(("127.0.0.1", port))
+        inbox, outbox = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = ctx.wrap_bio(inbox, outbox, server_hostname="localhost")
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                time.sleep(0.12)  # past the pending window: the flight binds nothing
+                raw.sendall(outbox.read())
+                inbox.write(raw.recv(65536))
+        time.sleep(0.12)
+        raw.sendall(outbox.read())  # the handshake's last flight
+        tls.write(request(i))
+        sender(raw, outbox.read())
+        got = b""
+        while len(got) < len(response(i)):
+            try:
+                got += tls.read(65536)
+            except ssl.SSLWantReadError:
+                inbox.write(raw.recv(65536))
+        assert got == response(i), got
+        raw.close()
+    def at_once(raw, data):
+        raw.sendall(data)
+    def elsewhere(raw, data):
+        t = threading.Thread(target=raw.sendall, args=(data,)); t.start(); t.join()
+    port_a, port_b = int(sys.argv[2]), int(sys.argv[3])
+    session(port_a, 0, at_once)    # on the filtered port: placed, kept
+    session(port_b, 1, at_once)    # elsewhere: placed, filtered out
+    session(port_a, 2, elsewhere)  # never placed: dropped and counted
+    print("done", flush=True)
+    sys.stdin.readline()
+    """
+)
+
+ONE_CONN_SERVER = COMMON + textwrap.dedent(
+    """
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen()
+    print(srv.getsockname()[1], flush=True)
+    while True:
+        conn = ctx.wrap_socket(srv.accept()[0], server_side=True)
+        data = conn.recv(65536)
+        conn.sendall(response(int(data[13:15])))
+        conn.close()
+    """
+)
+
+
+def test_with_a_port_filter_a_tls_call_is_kept_only_once_placed_on_a_wanted_socket(
+    cert: tuple[Path, Path],
+) -> None:
+    """`--port` holds for TLS: a call made before its SSL* was bound is held, then placed on
+    its socket and judged by its port (kept on the filtered one, dropped on the other); one
+    never placed is dropped and counted, never published unfiltered."""
+    servers = [_popen(ONE_CONN_SERVER, str(cert[0]), str(cert[1])) for _ in range(2)]
+    client = None
+    ports = [int(_line(s)) for s in servers]
+    p = SocketProbe(BPF_DIR, ports=[ports[0]], seed_from_proc=False)
+    samples: list[SocketSample] = []
+    try:
+        p.attach()
+        assert p.tls_active, p.notes
+        client = _popen(UNBOUND_CLIENT, str(cert[0]), str(ports[0]), str(ports[1]))
+        _line(client)
+        end = time.monotonic() + tls_placement.HOLD_S + 1.0
+        while time.monotonic() < end:
+            samples.extend(p.poll(50))
+    finally:
+        p.close()
+        reap(client, *servers)
+    tls_calls = [
+        s for s in samples
+        if client is not None and s.pid == client.pid and isinstance(s, SocketDataSample)
+        and s.source is Source.TLS
+    ]  # fmt: skip
+    sent = [s.payload for s in tls_calls if s.direction is Direction.EGRESS]
+    assert sent == [request(0)]  # placed and on the port; request 1 filtered; 2 never placed
+    [write] = [s for s in tls_calls if s.direction is Direction.EGRESS]
+    assert write.flags & F_FD_UNKNOWN  # made before its SSL* was bound: placed here
+    assert all(s.fd >= 0 for s in tls_calls)
+    received = b"".join(s.payload for s in tls_calls if s.direction is Direction.INGRESS)
+    assert response(0) in received and response(1) not in received
+    assert p.unplaced >= 2  # connection 2's write and its read(s)

@@ -41,6 +41,8 @@ class Probe:
         self.conns_shed, self.calls_shed = 6, 7
         self.tls_rebound = 8
         self.conns_resumed = 9
+        self.unplaced = 10
+        self.port_filtered = 11
 
     def attach(self) -> None:
         self.calls.append("attach")
@@ -129,7 +131,9 @@ def test_socket_samples_go_to_their_topics_keyed_by_connection(
         "truncated": 2,
         "ciphertext_dropped": 4,
         "filtered": 5,
+        "port_filtered": 11,
         "tls_rebound": 8,
+        "unplaced": 10,
         "redacted": 0,
         "masked": 0,
     }

@@ -13,6 +13,7 @@ from zerotrace_collector.probes.python_stack import python_stack_cflags
 from zerotrace_collector.probes.socket_kernel import (
     TCP_ARRIVAL_MEMBERS,
     TCP_SEQ_MEMBERS,
+    port_filter_cflags,
     tcp_arrival_cflags,
     tcp_seq_cflags,
 )
@@ -139,6 +140,17 @@ def test_the_running_kernel_has_every_member_the_socket_probe_reads() -> None:
     # Landmarks that hold on every kernel: the first member is at 0, pointers are aligned.
     assert offsets["ZT_OFF_FDT_MAX_FDS"] == "0"
     assert all(int(v) % 4 == 0 for v in offsets.values())
+
+
+def test_the_port_filter_goes_in_the_kernel_where_btf_tells_the_ports(tmp_path: Path) -> None:
+    assert port_filter_cflags([]) == ([], None)
+    flags, note = port_filter_cflags([8000], tmp_path / "none")
+    assert flags == [] and note is not None and note.startswith("port filter in user space")
+    if VMLINUX.exists():
+        flags, note = port_filter_cflags([8443, 8000, 8000])
+        assert note is None
+        assert flags[0] == "-DZT_FILTER_PORTS=8000,8443"
+        assert [f.split("=")[0] for f in flags[1:]] == ["-DZT_OFF_SKC_NUM", "-DZT_OFF_SKC_DPORT"]
 
 
 def test_python_stack_flags_without_btf_say_what_is_lost(tmp_path: Path) -> None:

@@ -211,7 +211,9 @@ class SocketFeed:
             "truncated": p.truncated,
             "ciphertext_dropped": p.ciphertext_dropped,
             "filtered": p.filtered,
+            "port_filtered": p.port_filtered,
             "tls_rebound": p.tls_rebound,
+            "unplaced": p.unplaced,
             **self.redactor.counters(),
         }
 

@@ -145,6 +145,7 @@ class ConnKind(IntEnum):
     ACCEPT = 2
     CLOSE = 3
     SHED = 4  # shed from here on: the exchange in progress is cut (socket.c "Shedding")
+    TLS_BOUND = 5  # tls.c: ret holds an SSL* now bound to this socket (tls_placement)
 
 
 # ---- struct zt_py_stack, the tail of profile and GPU call records -----------------------

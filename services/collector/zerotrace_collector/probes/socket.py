@@ -35,9 +35,15 @@ from .socket_decode import (
     SocketSample,
     decode_socket_event,
 )
-from .socket_kernel import process_name_cflags, tcp_arrival_cflags, tcp_seq_cflags
+from .socket_kernel import (
+    port_filter_cflags,
+    process_name_cflags,
+    tcp_arrival_cflags,
+    tcp_seq_cflags,
+)
 from .socket_ring import EventRing
 from .tls import attach_tls, find_libssl
+from .tls_placement import UnplacedTls
 
 __all__ = ["SocketProbe"]
 
@@ -54,6 +60,7 @@ STAT_CALLS_SHED: Final = 4
 STAT_TLS_STALE: Final = 5
 STAT_CONNS_RESUMED: Final = 6
 STAT_CIPHERTEXT: Final = 7
+STAT_PORT_FILTERED: Final = 8
 # A shed connection is taken up again no sooner than this after its mark (socket.c
 # "Shedding"): longer than the correlator's grace for the SHED record (CLOSE_GRACE_NS, 5 s;
 # tests/unit/test_http_llm_step.py holds the two together).
@@ -167,6 +174,7 @@ class SocketProbe(AttachedProbe):
         """Data samples whose payload holds fewer bytes than the call moved."""
         self.filtered = 0
         """Samples dropped in user space: port filter, or the fd turned out not TCP."""
+        self._unplaced = UnplacedTls()
         self.seeded = 0
         self.exit_closes = 0
         """CLOSE events made for connections of processes that exited."""
@@ -181,6 +189,7 @@ class SocketProbe(AttachedProbe):
         self._lost_at_close = 0
         self._shed_at_close = (0, 0, 0)
         self._ciphertext_at_close = 0
+        self._port_filtered_at_close = 0
         self._last_sweep = 0.0
 
     # -- program -------------------------------------------------------------
@@ -213,6 +222,7 @@ class SocketProbe(AttachedProbe):
         return [
             tcp_seq_cflags(),
             tcp_arrival_cflags(),
+            port_filter_cflags(self.ports),
             *([process_name_cflags()] if self.comm_prefix else []),
         ]
 
@@ -277,6 +287,7 @@ class SocketProbe(AttachedProbe):
         self._lost_at_close = self.lost
         self._shed_at_close = (self.conns_shed, self.calls_shed, self.conns_resumed)
         self._ciphertext_at_close = self.ciphertext_dropped
+        self._port_filtered_at_close = self.port_filtered
         bpf, self._bpf = self._bpf, None
         if self._ring is not None:
             self._ring.close()
@@ -332,6 +343,8 @@ class SocketProbe(AttachedProbe):
             if not self._pid_wanted(pid):
                 continue
             for fd, sock in self.proc.tcp_fds(pid):
+                if self.ports and not self._on_wanted_port(sock.endpoints):
+                    continue
                 family = socket_table.family_of(sock.endpoints.local_addr)
                 conn = self.track(pid, fd, family)
                 self.proc.remember(pid, fd, conn, sock.endpoints)
@@ -383,6 +396,8 @@ class SocketProbe(AttachedProbe):
             self._corrupt_seen = ring.corrupt
         out, self._pending = self._pending, []
         now = time.monotonic()
+        if len(self._unplaced):
+            self._unplaced.expire(now)
         if now - self._last_sweep > _SWEEP_EVERY_S:
             self._last_sweep = now
             out += self.sweep()
@@ -392,23 +407,41 @@ class SocketProbe(AttachedProbe):
         if isinstance(sample, SocketDataSample) and sample.truncated:
             self.truncated += 1
         if sample.fd < 0:
-            return True  # TLS call with no fd yet: nothing to resolve
+            # A TLS call with no socket yet: its process was chosen in the kernel (pid, name,
+            # cgroup); a port filter must wait until it is placed (tls_placement).
+            if not self.ports or not isinstance(sample, SocketDataSample):
+                return True
+            self._unplaced.hold(sample, time.monotonic())
+            return False
+        if isinstance(sample, ConnSample) and sample.kind is ConnKind.TLS_BOUND:
+            # Not a connection event: places the calls held for that SSL* (in the ring it
+            # follows them and precedes any later call on the socket, so order holds).
+            placed = self._unplaced.bound(sample.pid, sample.ret, sample.fd, sample.conn_start_ns)
+            self._pending += [s for s in placed if self._wanted_socket(s)]
+            return False
+        return self._wanted_socket(sample)
+
+    def _wanted_socket(self, sample: SocketSample) -> bool:
+        """A sample on a known socket: resolved, and through the port filter."""
         endpoints = self.proc.cached(sample.pid, sample.fd, sample.conn_start_ns)
         if endpoints is None:
             endpoints = self._resolve_new(sample)
             if endpoints is None:
                 self.filtered += 1
                 return False
-        if (
-            self.ports
-            and endpoints.known
-            and not (endpoints.local_port in self.ports or endpoints.remote_port in self.ports)
-        ):
+        if self.ports and not self._on_wanted_port(endpoints):
             self.filtered += 1
             if not (isinstance(sample, ConnSample) and sample.kind is ConnKind.CLOSE):
                 self.untrack(sample.pid, sample.fd)
             return False
         return True
+
+    def _on_wanted_port(self, endpoints: Endpoints) -> bool:
+        """For --port: either end on a wanted port. A connection /proc could not resolve
+        (closed at once) passes: the kernel tracked it only if its ports matched (where it
+        has the offsets to tell; else the probe's notes say so)."""
+        local, remote = endpoints.local_port, endpoints.remote_port
+        return (not local and not remote) or local in self.ports or remote in self.ports
 
     def _resolve_new(self, sample: SocketSample) -> Endpoints | None:
         """First sight of a connection: endpoints from /proc, or None if the fd is not TCP."""
@@ -476,6 +509,19 @@ class SocketProbe(AttachedProbe):
         """Syscalls on TLS sockets not emitted, their plaintext being seen by the SSL uprobes
         (filtered in the kernel; 0 with keep_ciphertext)."""
         return self._ciphertext_at_close if self._bpf is None else self._stat(STAT_CIPHERTEXT)
+
+    @property
+    def port_filtered(self) -> int:
+        """Connections never tracked: neither end on a --port port (filtered in the kernel)."""
+        if self._bpf is None:
+            return self._port_filtered_at_close
+        return self._stat(STAT_PORT_FILTERED)
+
+    @property
+    def unplaced(self) -> int:
+        """TLS calls dropped because a port filter could not judge them: their SSL* was
+        never bound to a socket within tls_placement.HOLD_S."""
+        return self._unplaced.unplaced
 
     @property
     def tls_rebound(self) -> int:

@@ -97,7 +97,9 @@ class SocketDataSample:
     nbytes: int
     """Bytes the call transferred (> 0)."""
     conn_start_ns: int
-    """CLOCK_MONOTONIC time tracking of (pid, fd) began: with them, names the connection."""
+    """CLOCK_MONOTONIC time tracking of (pid, fd) began: with them, names the connection.
+    A TLS call with no socket yet (fd -1, F_FD_UNKNOWN): the SSL* address, which names the
+    TLS session until `tls_placement` places it on its socket."""
     direction: Direction
     source: Source
     op: SockOp

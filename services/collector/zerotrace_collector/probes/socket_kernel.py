@@ -5,6 +5,7 @@ comes with one line saying what is lost where the kernel lacks it; none stops th
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Final
 
@@ -33,6 +34,28 @@ def tcp_seq_cflags(btf_path: Path = VMLINUX) -> tuple[list[str], str | None]:
     and one line saying why not (then events carry no tcp_seq; nothing else changes)."""
     flags, why = offset_cflags(TCP_SEQ_MEMBERS, btf_path)
     return flags, (f"tcp_seq off: {why}" if why else None)
+
+
+# A socket's ports (struct sock begins with its sock_common), for --port in the kernel; the
+# path from the fd to the sock is TCP_SEQ_MEMBERS'.
+PORT_MEMBERS: Final = (
+    ("ZT_OFF_SKC_NUM", "sock_common", "skc_num"),
+    ("ZT_OFF_SKC_DPORT", "sock_common", "skc_dport"),
+)
+
+
+def port_filter_cflags(
+    ports: Collection[int], btf_path: Path = VMLINUX
+) -> tuple[list[str], str | None]:
+    """The -D flags that filter connections by port in the kernel (never tracked when neither
+    end is on one of *ports*), or none and one line saying what that costs."""
+    if not ports:
+        return [], None
+    flags, why = offset_cflags(TCP_SEQ_MEMBERS + PORT_MEMBERS, btf_path)
+    if why:
+        return [], f"port filter in user space only ({why}): short connections may go unjudged"
+    wanted = ",".join(str(p) for p in sorted(set(ports)))
+    return [f"-DZT_FILTER_PORTS={wanted}", *(f for f in flags if "SKC" in f)], None
 
 
 # A segment's sequence numbers (TCP_SKB_CB(skb)): whether it brings new bytes or repeats
