@@ -25,7 +25,8 @@
  * namespace, and the cgroup id is what a BPF program can tell a container by without
  * reading kernel structs. Caveats: a
  * parent waiting with WUNTRACED sees the stop; if the collector dies between stop and
- * continue, the process stays stopped until someone sends SIGCONT.
+ * continue, its stop guard (probes/stop_guard.py, a child process that outlives it)
+ * continues the process at once.
  *
  * Python frames: the loader compiles bpf/python_stack.h followed by this file (bcc rewrites
  * map calls only in its main text, so the header is not #included); at entry the calling

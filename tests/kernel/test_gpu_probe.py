@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -35,6 +36,7 @@ from tests.harness.fake_cuda.build import (  # noqa: E402
     build_fake_cuda,
     build_nested_runtime,
 )
+from tests.harness.services import Service  # noqa: E402
 from zerotrace import names  # noqa: E402
 from zerotrace.codec import AvroCodec  # noqa: E402
 from zerotrace_collector.feeds import RawRecord  # noqa: E402
@@ -511,3 +513,56 @@ def test_the_main_thread_past_the_walkers_reach_gets_its_python_frames(
     framed = [r for r in records if "main_alloc" in python_function(r.datum["frames"])]
     assert len(framed) >= 50, (len(framed), records[0].datum["frames"])
     assert counters["py_no_thread"] >= 1 and counters["py_thread_walks"] >= 1, counters
+
+
+def test_a_process_held_at_its_library_open_goes_on_when_the_collector_is_killed(
+    fake_cuda: FakeCuda, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The real collector (`--profile --pid`), hung (SIGSTOP) once attached, so it cannot
+    resume what the kernel stops; the app opens its CUDA library and is stopped there; the
+    collector is killed (SIGKILL): its stop guard continues the app within a second, and
+    the app runs to its end."""
+
+    work = tmp_path / "app"
+    work.mkdir()
+    go, truth, exit_file = work / "go", work / "truth.json", work / "exit"
+    files = [str(f) for f in (go, truth, exit_file)]
+    app = subprocess.Popen([sys.executable, str(APP), str(fake_cuda.runtime.parent), *files])
+    env = {
+        **os.environ,
+        "ZEROTRACE_KAFKA": kafka_bootstrap,
+        "ZEROTRACE_HOME": str(tmp_path / "home"),
+        "ZEROTRACE_NODE_ID": "kernel-test-stop-guard",
+    }
+    args = ["collector", "--profile", "--no-files", "--pid", str(app.pid)]
+    collector = Service("collector", args, env, tmp_path)
+    try:
+        collector.wait_for("collector attached", timeout_s=120)
+        os.kill(collector.proc.pid, signal.SIGSTOP)  # hung: it will never resume the app
+        go.touch()
+        wait_stopped(app.pid)
+        time.sleep(0.3)
+        assert state_of(app.pid) == "T"  # held, and nobody lets it go
+        os.kill(collector.proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        while state_of(app.pid) == "T":
+            assert time.monotonic() - killed < 1.0, "still stopped 1 s after the collector died"
+            time.sleep(0.01)
+        deadline = time.monotonic() + 30
+        while not truth.exists():
+            assert time.monotonic() < deadline, "the app did not run on"
+            time.sleep(0.05)
+        assert len(json.loads(truth.read_text())) == 28
+    finally:
+        exit_file.touch()
+        app.wait(timeout=30)
+        collector.stop()
+    said = f"continued [{app.pid}]"
+    deadline = time.monotonic() + 30  # the guard says so once the collector's files are shut
+    while said not in collector.log.read_text():
+        assert time.monotonic() < deadline, collector.log.read_text()[-2000:]
+        time.sleep(0.1)
+
+
+def state_of(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -31,6 +31,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -40,6 +41,7 @@ from typing import Any, Final
 from ..cuda_libraries import cuda_libraries_in_maps, exported_functions, probed_symbols
 from ..errors import MalformedEvent, ProbeUnavailable
 from ..python_procs import PythonProcess, inspect
+from . import stop_guard
 from .bcc_loader import (
     AttachedProbe,
     bcc_for,
@@ -128,6 +130,8 @@ class GpuProbe(AttachedProbe):
         self._bpf: Any = None
         self._calls: list[GpuCallSample] = []
         self._libs: list[GpuLibSample] = []
+        # Continues what the kernel stopped for us if this process dies first (stop_guard).
+        self._guard: subprocess.Popen[bytes] | None = None
 
     # -- program -------------------------------------------------------------
 
@@ -172,6 +176,8 @@ class GpuProbe(AttachedProbe):
                 f"loading the uprobe programs failed: {first_line(exc)}"
             ) from exc
         self._bpf = bpf
+        if self.stop_on_open:
+            self._guard = stop_guard.start()
         # Explicit libraries are not marked known: which cgroups will open them is unknown,
         # so each cgroup's first opener is stopped once (briefly: the file is attached).
         for path in self.libraries:
@@ -298,6 +304,9 @@ class GpuProbe(AttachedProbe):
         for lib in self._libs:
             if lib.stopped:
                 self._resume(lib.pid)
+        if self._guard is not None:
+            stop_guard.stop(self._guard)
+            self._guard = None
         self._libs.clear()
         self._final_stats = self._stats()
         bpf, self._bpf = self._bpf, None
