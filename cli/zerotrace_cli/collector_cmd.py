@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import re
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zerotrace import settings
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
+from zerotrace.run_marker import RunMarker
 from zerotrace.self_cost import CostSnapshot, SelfCost, cost_line, per_second
 from zerotrace_cli.budget_args import add_budget_argument, hold_budget
 from zerotrace_cli.common import StopFlag, say
@@ -114,6 +116,8 @@ def _publish(
     from zerotrace_collector.collector import Collector
 
     col = Collector(feeds.feeds, producer, codec)
+    marker = RunMarker(Path(producer.spool_folder), time.time)  # a kill leaves it: a gap said
+    spool = _SpoolWatch(producer)
     stop = StopFlag()
     status = _Status(col, SelfCost(time.monotonic), budget, status_every)
     started = time.monotonic()
@@ -124,6 +128,8 @@ def _publish(
             if budget is not None:
                 budget.steer(feeds.behind, time.monotonic())
             status.tick()
+            marker.beat()
+            spool.tick()
             if duration and time.monotonic() - started >= duration:
                 break
     finally:
@@ -133,6 +139,7 @@ def _publish(
             pass
         feeds.close()
         pending = producer.flush(30)
+        marker.clear()
     spooled = producer.spooled
     kept = f" ({spooled} on disk in {producer.spool_folder}: sent next run)" if spooled else ""
     say(
@@ -145,6 +152,34 @@ def _publish(
     if producer.failed and producer.last_error:
         say(f"the last failure: {producer.last_error}")
     return 0 if pending == spooled and producer.failed == 0 else 1
+
+
+class _SpoolWatch:
+    """One line when records start going to the spool (Kafka took nothing for a while) and one
+    when it is empty again, instead of librdkafka's line per failed connection attempt."""
+
+    def __init__(self, producer: SpoolingProducer) -> None:
+        self._producer = producer
+        self._on_disk = producer.spooled > 0  # a spool left by an earlier run: said at start
+        self._since, self._base = time.monotonic(), producer.spooled_total
+
+    def tick(self) -> None:
+        on_disk = self._producer.spooled > 0
+        if on_disk == self._on_disk:
+            return
+        self._on_disk = on_disk
+        if on_disk:
+            self._since, self._base = time.monotonic(), self._producer.spooled_total
+            say(
+                "Kafka takes nothing: records go to the spool in "
+                f"{self._producer.spool_folder}, to be sent in order when it is back"
+            )
+        else:
+            kept = self._producer.spooled_total - self._base
+            say(f"the spool is sent: {kept} records kept on disk over {self._elapsed()} s")
+
+    def _elapsed(self) -> str:
+        return f"{time.monotonic() - self._since:.0f}"
 
 
 class _Status:
@@ -189,6 +224,9 @@ def _collector_producer(
     node = re.sub(r"[^A-Za-z0-9_.-]", "_", common.node_id)  # a node id is not a path
     folder = common.home / "spool" / f"collector-{node}"
     spool = SpoolFile(folder, max(0, spool_mb) * 1024 * 1024)
+    gap = RunMarker(folder, time.time).previous()
+    if gap:
+        say(gap)
     if spool.pending:
         say(f"sending {spool.pending} records kept in {folder} by an earlier run first")
     return SpoolingProducer(bus.producer(), spool, SystemClock())
