@@ -95,7 +95,7 @@ def _attach_and_publish(
     if args.pid:
         feeds.follow(args.pid)
     say(f"collector attached ({feeds.names}); publishing to {common.kafka}")
-    codec = kafka_codec(common.kafka)
+    codec = kafka_codec(common)
     return _publish(
         feeds, producer, codec, args.duration, status_every=args.status_every, budget=budget
     )

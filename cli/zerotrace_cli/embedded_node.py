@@ -75,6 +75,7 @@ class EmbeddedNode:
             consumer, broker.producer(), self.store, codec, self.clock, self._on_document
         )
         self._apis: list[Any] = []
+        self.api_token = common.api_token  # the APIs' bearer token ("" = none); never shown
         self.monotonic = time.monotonic  # when the store is written next (tests replace it)
         self._index_due = 0.0
         self.budget: CpuBudget | None = None  # the CPU budget held for it, for the summary
@@ -84,11 +85,13 @@ class EmbeddedNode:
         from zerotrace_query.grpc_api import GrpcApi
         from zerotrace_query.http_api import HttpApi
 
-        http = HttpApi(self.store, host="127.0.0.1", port=http_port).start()
-        grpc = GrpcApi(self.store, port=grpc_port).start()
+        token = self.api_token
+        http = HttpApi(self.store, host="127.0.0.1", port=http_port, token=token).start()
+        grpc = GrpcApi(self.store, host="127.0.0.1", port=grpc_port, token=token).start()
         self._apis = [http, grpc]
+        page = f"{http.url}/?token=$ZEROTRACE_API_TOKEN (once)" if token else f"{http.url}/"
         say(
-            f"web page {http.url}/  API {http.url}/api/v1/llm/requests  gRPC {grpc.address};"
+            f"web page {page}  API {http.url}/api/v1/llm/requests  gRPC {grpc.address};"
             " Ctrl-C stops"
         )
 

@@ -16,8 +16,10 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from zerotrace import settings
 from zerotrace.clock import SystemClock
 from zerotrace.errors import ConfigError, TransientIO
+from zerotrace_query.api_auth import client_headers
 from zerotrace_query.flame_graph import PROFILE_TYPES
 
 NS_PER_S = 1_000_000_000
@@ -83,10 +85,12 @@ def query_params(args: argparse.Namespace, now_ns: int) -> dict[str, str]:
     return params
 
 
-def fetch(base: str, params: Mapping[str, str]) -> bytes:
+def fetch(base: str, params: Mapping[str, str], token: str = "") -> bytes:
+    """The flame graph route's answer; token: the API's bearer token ("" = none)."""
     url = f"{base.rstrip('/')}/api/v1/profiles/flamegraph?{urlencode(params)}"
+    request = urllib.request.Request(url, headers=client_headers(token))
     try:
-        with urllib.request.urlopen(url, timeout=60) as response:
+        with urllib.request.urlopen(request, timeout=60) as response:
             data: bytes = response.read()
             return data
     except urllib.error.HTTPError as exc:
@@ -193,7 +197,7 @@ def render_profile(body: Mapping[str, Any], top: int = 10, min_percent: float = 
 
 def profile(args: argparse.Namespace) -> int:
     params = query_params(args, SystemClock().now_ns())
-    data = fetch(args.http, params)
+    data = fetch(args.http, params, settings.load(settings.CommonSettings).api_token)
     if args.format == "text":
         out = render_profile(json.loads(data), args.top, args.min_percent).encode()
     else:

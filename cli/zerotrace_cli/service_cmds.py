@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -11,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from zerotrace import settings
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
-from zerotrace.errors import ConfigError
+from zerotrace.errors import ConfigError, TransientIO
+from zerotrace.kafka_security import kafka_security
 from zerotrace_cli.common import StopFlag, say
 from zerotrace_cli.kafka_wiring import kafka_bus, kafka_codec
 
@@ -26,9 +28,13 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=profiler_agg)
 
     p = sub.add_parser("query", help="index derived topics into OpenSearch; serve HTTP and gRPC")
-    p.add_argument("--http-port", type=int, default=8080, help="HTTP API port on 127.0.0.1")
-    p.add_argument("--grpc-port", type=int, default=50051, help="gRPC API port on 127.0.0.1")
-    p.add_argument("--host", default="127.0.0.1", help="address the APIs listen on")
+    p.add_argument("--http-port", type=int, default=8080, help="HTTP API port (on --host)")
+    p.add_argument("--grpc-port", type=int, default=50051, help="gRPC API port (on --host)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address both APIs listen on (0.0.0.0: every interface; set ZEROTRACE_API_TOKEN)",
+    )
     p.set_defaults(handler=query)
 
     p = sub.add_parser("spans", help="list spans from a running query service")
@@ -73,19 +79,20 @@ def _run_step_worker(make_step: Callable[[AvroCodec], Step]) -> int:
 
     common = settings.load(settings.CommonSettings)
     kafka_bus(common)
-    codec = kafka_codec(common.kafka)
-    app = step_app(lambda: make_step(codec), common.kafka, SystemClock(), common.home / "faust")
+    codec = kafka_codec(common)
+    security = kafka_security(common)
+    datadir = common.home / "faust"
+    app = step_app(lambda: make_step(codec), common.kafka, SystemClock(), datadir, security)
     run_worker(app)
     return 0
 
 
 def query(args: argparse.Namespace) -> int:
-    from zerotrace.errors import TransientIO
     from zerotrace.names import GROUP_QUERY_INDEXER
     from zerotrace.store_opensearch import OpenSearchStore
     from zerotrace_query.grpc_api import GrpcApi
     from zerotrace_query.http_api import HttpApi
-    from zerotrace_query.indexer import Indexer
+    from zerotrace_query.indexer import Indexer, run_indexer
 
     common = settings.load(settings.CommonSettings)
     bus = kafka_bus(common)
@@ -94,26 +101,20 @@ def query(args: argparse.Namespace) -> int:
         bus.consumer(GROUP_QUERY_INDEXER),
         bus.producer(),
         store,
-        kafka_codec(common.kafka),
+        kafka_codec(common),
         SystemClock(),
+        reconnect=lambda: bus.consumer(GROUP_QUERY_INDEXER),
     )
-    http = HttpApi(store, port=args.http_port).start()
-    grpc = GrpcApi(store, port=args.grpc_port).start()
+    token = common.api_token
+    http = HttpApi(store, host=args.host, port=args.http_port, token=token).start()
+    grpc = GrpcApi(store, host=args.host, port=args.grpc_port, token=token).start()
     say(
         f"query: indexing into {common.opensearch}; HTTP {http.url}/api/v1/spans, "
-        f"gRPC {grpc.address}"
+        f"gRPC {grpc.address}; {access_line(token)}"
     )
     stop = StopFlag()
-    backoff = 0.5
     try:
-        while not stop:
-            try:
-                indexer.run_once(0.5)
-                backoff = 0.5
-            except TransientIO as exc:
-                say(f"{exc}; retrying in {backoff:.0f}s")
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 30)
+        run_indexer(indexer, stop, say)
     finally:
         http.stop()
         grpc.stop()
@@ -122,23 +123,57 @@ def query(args: argparse.Namespace) -> int:
     return 0
 
 
+def access_line(token: str) -> str:
+    """Who may ask the APIs, for the start-up line; never the token itself."""
+    if not token:
+        return "no API token (anyone who reaches these ports may query)"
+    return "bearer token $ZEROTRACE_API_TOKEN required (web page: open /?token=... once)"
+
+
 def spans(args: argparse.Namespace) -> int:
+    from zerotrace_query.api_auth import client_headers
+
+    token = settings.load(settings.CommonSettings).api_token
     if args.grpc:
+        import grpc
+
         from zerotrace_query.grpc_api import list_spans
 
-        for span in list_spans(args.grpc, kind=args.kind, pid=args.pid, limit=args.limit):
+        try:
+            found = list_spans(args.grpc, token, kind=args.kind, pid=args.pid, limit=args.limit)
+        except grpc.RpcError as exc:
+            why = f"query service at {args.grpc}: {exc.details()}"
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                raise TransientIO(f"no {why}") from None
+            raise ConfigError(f"the {why}") from None
+        for span in found:
             print(f"{span.start_ns} {span.process_name}[{span.pid}] {span.name} {span.status}")
         return 0
     base = args.http or "http://127.0.0.1:8080"
     url = f"{base}/api/v1/spans?kind={args.kind}&pid={args.pid}&limit={args.limit}"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        body = json.load(response)
+    request = urllib.request.Request(url, headers=client_headers(token))
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = json.load(response)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            raise ConfigError(f"the query service at {base} refused: {_reason(exc)}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise TransientIO(f"no query service at {base} ({getattr(exc, 'reason', exc)})") from None
     for span in body["spans"]:
         print(
             f"{span['start_ns']} {span['process_name']}[{span['pid']}] {span['name']} "
             f"{span['status']}"
         )
     return 0
+
+
+def _reason(exc: urllib.error.HTTPError) -> str:
+    """The one-line error the query service answered with, else the HTTP reason."""
+    try:
+        return str(json.loads(exc.read()).get("error", exc.reason))
+    except ValueError:
+        return str(exc.reason)
 
 
 def topics(args: argparse.Namespace) -> int:
@@ -152,7 +187,7 @@ def topics(args: argparse.Namespace) -> int:
         from zerotrace.bus_kafka import KafkaBus
 
         common = settings.load(settings.CommonSettings)
-        KafkaBus(common.kafka).ensure_topics(chosen)
+        KafkaBus(common.kafka, security=kafka_security(common)).ensure_topics(chosen)
         say(f"{len(chosen)} topics exist on {common.kafka}")
         return 0
     for t in chosen:

@@ -22,30 +22,77 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from zerotrace import names
 from zerotrace.bus import Message
-from zerotrace.errors import Backpressure, TransientIO
+from zerotrace.errors import Backpressure, ConfigError, TransientIO
+from zerotrace.kafka_security import PLAINTEXT, KafkaSecurity
 from zerotrace.spooling_producer import DeliveryError, Done
 
 
-def check_reachable(bootstrap: str, timeout_s: float = 5.0) -> None:
-    """Raise TransientIO with one line when no broker answers a metadata request."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    try:
-        admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise TransientIO(
-            f"Kafka at {bootstrap} does not answer ({exc.args[0].str() if exc.args else exc}); "
-            "start it with `zerotrace infra up` or set ZEROTRACE_KAFKA"
-        ) from None
+def check_reachable(
+    bootstrap: str, timeout_s: float = 5.0, security: KafkaSecurity = PLAINTEXT
+) -> None:
+    """Raise TransientIO with one line when no broker answers a metadata request, and
+    ConfigError when a broker refuses this client's TLS handshake or credentials."""
+    failure, errors = _ask_metadata(bootstrap, timeout_s, security)
+    if failure is None:
+        return
+    refused = [e.str() for e in errors if e.code() in _REFUSALS]
+    if refused:
+        raise ConfigError(
+            f"Kafka at {bootstrap} refused this client: {_one_line(refused[-1])}; "
+            "check the ZEROTRACE_KAFKA_SSL_* and ZEROTRACE_KAFKA_SASL_* settings"
+        )
+    # The last error of a connection says more than the request's own ("transport failure").
+    said = [e.str() for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+    raise TransientIO(
+        f"Kafka at {bootstrap} does not answer ({_one_line(said[-1] if said else failure)}); "
+        "start it with `zerotrace infra up` or set ZEROTRACE_KAFKA"
+    )
+
+
+def _ask_metadata(
+    bootstrap: str, timeout_s: float, security: KafkaSecurity
+) -> tuple[str | None, list[KafkaError]]:
+    """None if a broker answered, else the request's failure; and the errors librdkafka
+    reported. It reports why a broker refused only through its error callback, and keeps
+    retrying: the request is made in short slices with the callbacks served in between, so
+    a refusal ends the wait at once. The client is gone when this returns (a client kept
+    alive by a traceback logs the errors it queued meanwhile when it is collected)."""
+    errors: list[KafkaError] = []
+    config = security.librdkafka({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient(config, error_cb=errors.append)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            return None, errors
+        except KafkaException as exc:
+            failure = exc.args[0].str() if exc.args else str(exc)
+        admin.poll(0)  # serves the error callbacks
+        if any(e.code() in _REFUSALS for e in errors) or time.monotonic() >= deadline:
+            return failure, errors
+
+
+# Errors of a broker that answers but refuses this client: settings to fix, not to wait out.
+_REFUSALS: Final = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 class KafkaBus:
-    def __init__(self, bootstrap: str, client_id: str = "zerotrace") -> None:
+    """The bus over one Kafka cluster; every client it makes uses `security`."""
+
+    def __init__(
+        self, bootstrap: str, client_id: str = "zerotrace", security: KafkaSecurity = PLAINTEXT
+    ) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self._client_id = client_id
 
     def ensure_topics(self, topics: Sequence[names.Topic] = names.ALL_TOPICS) -> None:
-        check_reachable(self.bootstrap)
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        check_reachable(self.bootstrap, security=self.security)
+        admin = AdminClient(self.security.librdkafka({"bootstrap.servers": self.bootstrap}))
         existing = set(admin.list_topics(timeout=10).topics)
         wanted = [t for t in topics if t.name not in existing]
         if not wanted:
@@ -59,10 +106,10 @@ class KafkaBus:
                     raise TransientIO(f"cannot create topic {name}: {exc.args[0].str()}") from None
 
     def producer(self) -> KafkaProducer:
-        return KafkaProducer(self.bootstrap, self._client_id)
+        return KafkaProducer(self.bootstrap, self._client_id, security=self.security)
 
     def consumer(self, group: str) -> KafkaConsumer:
-        return KafkaConsumer(self.bootstrap, group, self._client_id)
+        return KafkaConsumer(self.bootstrap, group, self._client_id, self.security)
 
 
 def _new_topic(topic: names.Topic) -> NewTopic:
@@ -75,21 +122,29 @@ def _new_topic(topic: names.Topic) -> NewTopic:
 
 
 class KafkaProducer:
-    def __init__(self, bootstrap: str, client_id: str, message_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        client_id: str,
+        message_timeout_s: float = 120.0,
+        security: KafkaSecurity = PLAINTEXT,
+    ) -> None:
         self._failed = 0
         self._delivered = 0
         self.last_error: str | None = None
         self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "client.id": client_id,
-                "enable.idempotence": True,  # implies acks=all and ordered retries
-                "acks": "all",
-                "compression.type": "lz4",
-                "linger.ms": 20,  # batch a little: raw events come in bursts
-                # How long a message may wait for a broker before its delivery fails.
-                "message.timeout.ms": int(message_timeout_s * 1000),
-            }
+            security.librdkafka(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "client.id": client_id,
+                    "enable.idempotence": True,  # implies acks=all and ordered retries
+                    "acks": "all",
+                    "compression.type": "lz4",
+                    "linger.ms": 20,  # batch a little: raw events come in bursts
+                    # How long a message may wait for a broker before its delivery fails.
+                    "message.timeout.ms": int(message_timeout_s * 1000),
+                }
+            )
         )
 
     def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
@@ -174,16 +229,20 @@ def _refused_for_good(err: KafkaError) -> bool:
 
 
 class KafkaConsumer:
-    def __init__(self, bootstrap: str, group: str, client_id: str) -> None:
+    def __init__(
+        self, bootstrap: str, group: str, client_id: str, security: KafkaSecurity = PLAINTEXT
+    ) -> None:
         self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": group,
-                "client.id": client_id,
-                "enable.auto.commit": False,  # commit only after the side effect succeeded
-                "auto.offset.reset": "earliest",
-                "enable.partition.eof": False,
-            }
+            security.librdkafka(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": group,
+                    "client.id": client_id,
+                    "enable.auto.commit": False,  # commit only after the side effect succeeded
+                    "auto.offset.reset": "earliest",
+                    "enable.partition.eof": False,
+                }
+            )
         )
 
     def subscribe(self, topics: Sequence[str]) -> None:
@@ -216,19 +275,23 @@ def _message(msg: Any) -> Message:
     )
 
 
-def read_topic_from_start(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[Message]:
+def read_topic_from_start(
+    bootstrap: str, topic: str, timeout_s: float = 10.0, security: KafkaSecurity = PLAINTEXT
+) -> list[Message]:
     """Every committed message now on a topic, read without a group (for the schema topic and
     tests). A partition is done at its end: records of transactions still open or aborted,
     and the transactions' markers, are never delivered (read_committed), so the end is
     reported by the consumer (partition EOF), not reached by counting offsets."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "zerotrace-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
+        security.librdkafka(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "zerotrace-reader",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+            }
+        )
     )
     try:
         meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)

@@ -24,6 +24,7 @@ confluent-kafka and of the indexer); an aborted transaction's records stay invis
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,7 @@ from typing import Any
 
 from zerotrace.bus import Message
 from zerotrace.clock import Clock
+from zerotrace.kafka_security import PLAINTEXT, KafkaSecurity
 from zerotrace.step import Output, Step
 from zerotrace.step_worker import StepWorker
 
@@ -40,13 +42,16 @@ TICK_INTERVAL_S = 1.0  # as the embedded runner's tick; a transaction follows ea
 TRANSACTION_TIMEOUT_MS = 10_000
 
 
-def make_faust_app(app_id: str, bootstrap: str, datadir: Path) -> Any:
+def make_faust_app(
+    app_id: str, bootstrap: str, datadir: Path, security: KafkaSecurity = PLAINTEXT
+) -> Any:
     import faust
 
     datadir.mkdir(parents=True, exist_ok=True)
     return faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
+        broker_credentials=faust_credentials(security),  # faust's consumer and producer
         datadir=str(datadir / app_id),  # faust's own files, out of the working directory
         value_serializer="raw",
         key_serializer="raw",
@@ -61,6 +66,22 @@ def make_faust_app(app_id: str, bootstrap: str, datadir: Path) -> Any:
     )
 
 
+def faust_credentials(security: KafkaSecurity) -> Any:
+    """faust's broker credentials for `security` (None for PLAINTEXT). faust hands them to
+    aiokafka as `security_protocol`, `ssl_context` and `sasl_*`, the same arguments as
+    KafkaSecurity.aiokafka() gives the shell's own clients."""
+    import faust
+
+    if not security.sasl:
+        return faust.SSLCredentials(security.ssl_context()) if security.tls else None
+    return faust.SASLCredentials(
+        username=security.sasl_username,
+        password=security.sasl_password,
+        ssl_context=security.ssl_context() if security.tls else None,  # None: SASL_PLAINTEXT
+        mechanism=security.sasl_mechanism,
+    )
+
+
 def bus_message(faust_message: Any) -> Message:
     return Message(
         topic=faust_message.topic,
@@ -72,17 +93,32 @@ def bus_message(faust_message: Any) -> Message:
     )
 
 
-def step_app(make_step: Callable[[], Step], bootstrap: str, clock: Clock, datadir: Path) -> Any:
+def step_app(
+    make_step: Callable[[], Step],
+    bootstrap: str,
+    clock: Clock,
+    datadir: Path,
+    security: KafkaSecurity = PLAINTEXT,
+) -> Any:
     """A faust app running the step made by `make_step` (made again at every assignment);
-    faust keeps its files under datadir."""
+    faust keeps its files under datadir. Every Kafka client of the app uses `security`."""
     first = make_step()
-    app = make_faust_app(first.group, bootstrap, datadir)
+    app = make_faust_app(first.group, bootstrap, datadir, security)
     worker = StepWorker(make_step, first)
-    transactions = _Transactions(bootstrap, first.group)
+    transactions = _Transactions(bootstrap, first.group, security)
+    # Set while the step is the one made for the current assignment. faust's recovery service
+    # resumes fetching by itself, while on_assigned may still be reading the progress (a
+    # round trip, longer over TLS): a message taken meanwhile by the outgoing step would be
+    # lost with it, its partition read on from beyond it. Closed at start and at a revoke.
+    step_ready = asyncio.Event()
 
     @app.agent(app.topic(*first.input_topics), name=first.group)
     async def run(stream: Any) -> None:
         async for event in stream.noack().events():
+            if not step_ready.is_set():
+                await step_ready.wait()
+                if event.message.generation_id != app.consumer_generation_id:
+                    continue  # fetched for an assignment since replaced: read again later
             worker.process(bus_message(event.message))
 
     @app.timer(interval=TICK_INTERVAL_S)
@@ -93,10 +129,16 @@ def step_app(make_step: Callable[[], Step], bootstrap: str, clock: Clock, datadi
         except Exception as exc:  # the outputs are gone with the transaction: start over
             await app.crash(exc)
 
+    @app.on_partitions_revoked.connect
+    async def on_revoked(app_: Any, revoked: Any, **_: Any) -> None:
+        step_ready.clear()
+
     @app.on_partitions_assigned.connect
     async def on_assigned(app_: Any, assigned: Any, **_: Any) -> None:
+        step_ready.clear()
         wheres = [(tp.topic, tp.partition) for tp in assigned]
         worker.restart(await transactions.progress(wheres))
+        step_ready.set()
 
     app.zerotrace_worker = worker
     return app
@@ -106,9 +148,10 @@ class _Transactions:
     """The transactional producer (started on first use, inside faust's event loop) and the
     read of a group's recorded progress."""
 
-    def __init__(self, bootstrap: str, group: str) -> None:
+    def __init__(self, bootstrap: str, group: str, security: KafkaSecurity = PLAINTEXT) -> None:
         self._bootstrap = bootstrap
         self._group = group
+        self._security = security
         self._producer: Any = None
 
     async def commit(
@@ -139,7 +182,7 @@ class _Transactions:
 
         if not wheres:
             return {}
-        admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap)
+        admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, **self._security.aiokafka())
         await admin.start()
         try:
             partitions = [TopicPartition(t, p) for t, p in wheres]
@@ -164,6 +207,7 @@ class _Transactions:
                 transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
                 enable_idempotence=True,
                 acks="all",
+                **self._security.aiokafka(),
             )
             await self._producer.start()
         return self._producer

@@ -8,12 +8,14 @@ import threading
 from zerotrace import names
 from zerotrace.bus_kafka import KafkaProducer, read_topic_from_start
 from zerotrace.errors import TransientIO
+from zerotrace.kafka_security import PLAINTEXT, KafkaSecurity
 from zerotrace.schemas import Schema, parse_schema_text
 
 
 class KafkaSchemaRegistry:
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, security: KafkaSecurity = PLAINTEXT) -> None:
         self._bootstrap = bootstrap
+        self._security = security
         self._known: dict[bytes, Schema] = {}
         self._lock = threading.Lock()
 
@@ -21,7 +23,7 @@ class KafkaSchemaRegistry:
         with self._lock:
             if schema.fingerprint in self._known:
                 return
-        producer = KafkaProducer(self._bootstrap, "zerotrace-schemas")
+        producer = KafkaProducer(self._bootstrap, "zerotrace-schemas", security=self._security)
         producer.produce(names.SCHEMAS.name, schema.fingerprint, schema.canonical.encode())
         if producer.flush(30) != 0 or producer.failed:
             raise TransientIO(f"could not register schema {schema.full_name} on Kafka")
@@ -32,7 +34,9 @@ class KafkaSchemaRegistry:
         with self._lock:
             if fingerprint in self._known:
                 return self._known[fingerprint]
-        for message in read_topic_from_start(self._bootstrap, names.SCHEMAS.name):
+        for message in read_topic_from_start(
+            self._bootstrap, names.SCHEMAS.name, security=self._security
+        ):
             if message.key is not None and message.value:
                 schema = parse_schema_text(message.value.decode())
                 with self._lock:

@@ -85,6 +85,36 @@ class CommonSettings:
     )
     kafka: str = setting("ZEROTRACE_KAFKA", "127.0.0.1:9092", "Kafka bootstrap servers.")
     kafka_port: int = setting("ZEROTRACE_KAFKA_PORT", 9092, "Port of the local Kafka (infra up).")
+    # Checked together by zerotrace.kafka_security, which every Kafka client is given.
+    kafka_security_protocol: str = setting(
+        "ZEROTRACE_KAFKA_SECURITY_PROTOCOL",
+        "PLAINTEXT",
+        "How Kafka clients connect: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.",
+    )
+    kafka_ssl_ca: str = setting(
+        "ZEROTRACE_KAFKA_SSL_CA",
+        "",
+        "PEM file of the CA certificates that sign the brokers' (empty: the system's).",
+    )
+    kafka_ssl_cert: str = setting(
+        "ZEROTRACE_KAFKA_SSL_CERT",
+        "",
+        "PEM file of this client's certificate, for brokers that require mutual TLS.",
+    )
+    kafka_ssl_key: str = setting(
+        "ZEROTRACE_KAFKA_SSL_KEY", "", "PEM file of that certificate's (unencrypted) key."
+    )
+    kafka_sasl_mechanism: str = setting(
+        "ZEROTRACE_KAFKA_SASL_MECHANISM",
+        "",
+        "SASL mechanism with SASL_*: SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN.",
+    )
+    kafka_sasl_username: str = setting(
+        "ZEROTRACE_KAFKA_SASL_USERNAME", "", "Kafka user name (SASL_* protocols)."
+    )
+    kafka_sasl_password: str = setting(
+        "ZEROTRACE_KAFKA_SASL_PASSWORD", "", "Kafka password (SASL_* protocols).", secret=True
+    )
     opensearch: str = setting(
         "ZEROTRACE_OPENSEARCH", "http://127.0.0.1:9200", "OpenSearch URL (distributed mode)."
     )
@@ -95,5 +125,12 @@ class CommonSettings:
         "ZEROTRACE_OPENSEARCH_PASSWORD",
         "",
         "OpenSearch password, when security is on.",
+        secret=True,
+    )
+    api_token: str = setting(
+        "ZEROTRACE_API_TOKEN",
+        "",
+        "Bearer token the query HTTP and gRPC APIs require and zerotrace's clients send"
+        " (empty = no authentication).",
         secret=True,
     )

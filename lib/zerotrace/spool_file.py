@@ -8,6 +8,9 @@ u32 value length, value; little-endian. When every frame is sent both files are 
 spool that is not in use costs nothing. A collector restarted with a non-empty spool sends it
 first. One owner at a time: `spool.lock` is held (flock) while a SpoolFile is open, so a
 second collector with the same node id is refused in one line instead of interleaving frames.
+The spool holds what the probes captured (request and response bodies among it), so the folder
+is 0700 and every file in it 0600 whatever the umask, an older, wider folder or file tightened
+when the spool opens.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from zerotrace.errors import ConfigError
 
 _U32: Final = struct.Struct("<I")
 _I32: Final = struct.Struct("<i")
+FOLDER_MODE: Final = 0o700
+FILE_MODE: Final = 0o600
 
 
 @dataclass(frozen=True)
@@ -84,11 +89,15 @@ class SpoolFile:
     def __init__(self, folder: Path, max_bytes: int) -> None:
         self.folder = folder
         self.max_bytes = max_bytes
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
+            folder.chmod(FOLDER_MODE)  # mkdir: the umask cuts its mode; an old folder keeps its own
+        except OSError as exc:
+            raise ConfigError(f"cannot make the spool folder {folder}: {exc.strerror}") from None
         self._lock = _hold_lock(folder / "spool.lock")
         self._data_path = folder / "spool.bin"
         self._offset_path = folder / "spool.offset"
-        self._file: BinaryIO = open(self._data_path, "ab")  # noqa: SIM115 - owned until close()
+        self._file = _append(self._data_path)
         self._offset = self._read_offset()
         if self._offset > self._data_path.stat().st_size:
             self._offset = 0  # an offset left from before the file was emptied
@@ -148,7 +157,7 @@ class SpoolFile:
         self._file.close()
         with open(self._data_path, "r+b") as f:
             f.truncate(self._end)
-        self._file = open(self._data_path, "ab")  # noqa: SIM115 - owned until close()
+        self._file = _append(self._data_path)
 
     def peek(self, limit: int) -> list[Spooled]:
         """The oldest `limit` messages not yet consumed, in the order they were appended."""
@@ -164,7 +173,8 @@ class SpoolFile:
             self.pending, self._offset, self._end = 0, 0, 0
             self._file.truncate(0)
         tmp = self._offset_path.with_suffix(".tmp")
-        tmp.write_text(str(self._offset))
+        with os.fdopen(_private(tmp, os.O_WRONLY | os.O_TRUNC), "w") as f:
+            f.write(str(self._offset))
         os.replace(tmp, self._offset_path)
 
     def close(self) -> None:
@@ -172,10 +182,23 @@ class SpoolFile:
         os.close(self._lock)  # releases the flock
 
 
+def _private(path: Path, flags: int) -> int:
+    """An fd on *path*, created if need be, mode 0600 (also when it existed, or the umask
+    would have left more or less)."""
+    fd = os.open(path, flags | os.O_CREAT, FILE_MODE)
+    os.fchmod(fd, FILE_MODE)
+    return fd
+
+
+def _append(path: Path) -> BinaryIO:
+    """*path* opened to append bytes, private; owned by the caller until it closes it."""
+    return os.fdopen(_private(path, os.O_WRONLY | os.O_APPEND), "ab")
+
+
 def _hold_lock(path: Path) -> int:
     """An fd holding an exclusive flock on *path* (it records our pid, for the message a
     second owner gets); raises ConfigError with one line when another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _private(path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

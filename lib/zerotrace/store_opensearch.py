@@ -35,7 +35,8 @@ ID_FIELD = "doc_id"
 META_KEY = "zerotrace"
 # A keyword term is at most 32766 bytes; 8191 characters of UTF-8 always fit.
 _RAW_IGNORE_ABOVE = 8191
-_TRANSIENT_STATUS = (429, 502, 503, 504)
+# Statuses of a whole request worth retrying: busy (429) or failing for a moment (500, 502-504).
+_TRANSIENT_STATUS = (429, 500, 502, 503, 504)
 
 
 # --- pure codec: spec -> mapping, query -> request body, responses -> results --------------

@@ -30,6 +30,7 @@ from tests.unit.test_profile_step import sample
 from zerotrace import names
 from zerotrace.bus_kafka import KafkaBus, read_topic_from_start
 from zerotrace.codec import AvroCodec
+from zerotrace.kafka_security import PLAINTEXT, KafkaSecurity
 from zerotrace.schema_registry_kafka import KafkaSchemaRegistry
 from zerotrace.schemas import load_schema_dir
 from zerotrace.store import Query
@@ -85,16 +86,29 @@ def workers(env: dict[str, str], tmp_path: Path) -> Iterator[Workers]:
     w.stop_all()
 
 
-def produce(bootstrap: str, codec: AvroCodec, topic: names.Topic, records: list[Any]) -> None:
-    producer = KafkaBus(bootstrap).producer()
+def produce(
+    bootstrap: str,
+    codec: AvroCodec,
+    topic: names.Topic,
+    records: list[Any],
+    security: KafkaSecurity = PLAINTEXT,
+) -> None:
+    producer = KafkaBus(bootstrap, security=security).producer()
     for key, datum in records:
         producer.produce(topic.name, key, codec.encode(topic.record, datum))
     assert producer.flush(30) == 0
 
 
-def derived(bootstrap: str, codec: AvroCodec, topic: names.Topic, node: str) -> list[Any]:
+def derived(
+    bootstrap: str,
+    codec: AvroCodec,
+    topic: names.Topic,
+    node: str,
+    security: KafkaSecurity = PLAINTEXT,
+) -> list[Any]:
     """This run's committed records on a derived topic (aborted transactions' never show)."""
-    data = [codec.decode(m.value)[1] for m in read_topic_from_start(bootstrap, topic.name, 20)]
+    messages = read_topic_from_start(bootstrap, topic.name, 20, security)
+    data = [codec.decode(m.value)[1] for m in messages]
     return [d for d in data if d["node_id"] == node]
 
 

@@ -150,7 +150,10 @@ def test_common_settings_name_every_variable_once_with_a_meaning() -> None:
     assert len(set(envs)) == len(envs)
     assert all(env.startswith("ZEROTRACE_") for env in envs)
     assert all(f.metadata["doc"].strip() for f in fields)
-    assert [f.name for f in fields if f.metadata["secret"]] == ["opensearch_password"]
+    # Every password and token, and only those, is hidden when settings are shown.
+    secrets = {f.name for f in fields if f.metadata["secret"]}
+    assert secrets == {f.name for f in fields if f.name.endswith(("_password", "_token"))}
+    assert {"opensearch_password", "api_token"} <= secrets
 
 
 def test_common_settings_load_from_their_variables() -> None:

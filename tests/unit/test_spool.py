@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -318,3 +320,46 @@ def test_one_owner_at_a_time(tmp_path: Path) -> None:
         SpoolFile(tmp_path, 1 << 20)
     first.close()
     SpoolFile(tmp_path, 1 << 20).close()  # free again once the first is closed
+
+
+@pytest.fixture
+def permissive_umask() -> Iterator[None]:
+    """umask 0: what the process would otherwise create is world-readable and writable."""
+    old = os.umask(0)
+    yield
+    os.umask(old)
+
+
+def modes(folder: Path) -> dict[str, int]:
+    """Permission bits of the folder (".") and of every file in it."""
+    paths = [folder, *sorted(folder.iterdir())]
+    return {str(p.relative_to(folder)): stat.S_IMODE(p.stat().st_mode) for p in paths}
+
+
+def test_the_spool_is_private_whatever_the_umask(tmp_path: Path, permissive_umask: None) -> None:
+    """The spool holds captured payloads: only the collector's user may read it."""
+    spool = SpoolFile(tmp_path / "home" / "spool", 1 << 20)
+    assert spool.append("raw.socket", b"k", b"prompt text") is None
+    spool.consume(spool.peek(1))  # writes spool.offset (through a temporary file)
+    assert spool.append("raw.socket", b"k", b"more") is None
+    spool.close()
+    assert modes(tmp_path / "home" / "spool") == {
+        ".": 0o700,
+        "spool.bin": 0o600,
+        "spool.lock": 0o600,
+        "spool.offset": 0o600,
+    }
+
+
+def test_an_older_wider_spool_is_tightened_and_kept(tmp_path: Path, permissive_umask: None) -> None:
+    folder = tmp_path / "spool"
+    first = SpoolFile(folder, 1 << 20)
+    assert first.append("raw.socket", None, b"m0") is None
+    first.close()
+    folder.chmod(0o755)
+    for path in folder.iterdir():
+        path.chmod(0o644)
+    again = SpoolFile(folder, 1 << 20)
+    assert [f.value for f in again.peek(5)] == [b"m0"]  # what was spooled is still there
+    again.close()
+    assert modes(folder) == {".": 0o700, "spool.bin": 0o600, "spool.lock": 0o600}

@@ -1,4 +1,9 @@
-"""A single-node Apache Kafka (KRaft, combined broker and controller) on 127.0.0.1."""
+"""A single-node Apache Kafka (KRaft, combined broker and controller) on 127.0.0.1.
+
+`zerotrace infra up` starts one with a PLAINTEXT listener. A caller (the TLS and SCRAM test)
+may start another, with its own home and ports, that also listens with SASL_SSL: TLS from
+PEM files and SCRAM users created when its storage is formatted.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import base64
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from zerotrace.errors import TransientIO
@@ -17,10 +22,41 @@ POM = Path(__file__).resolve().parents[3] / "infra" / "kafka" / "pom.xml"
 
 
 @dataclass(frozen=True)
+class SaslSslListener:
+    """An extra listener speaking TLS and SASL/SCRAM. The PEM files are written inline into
+    server.properties when the node starts. A client that shows a certificate must have it
+    signed by `ca`; one that shows none is accepted (SCRAM is the authentication)."""
+
+    port: int
+    certificate_chain: Path  # the server's certificate for 127.0.0.1/localhost, then its CA's
+    private_key: Path  # its key: PKCS#8, unencrypted ("BEGIN PRIVATE KEY")
+    ca: Path  # CA certificates trusted for clients' certificates
+    username: str
+    # Only letters and digits: the storage tool's --add-scram parser splits on , = [ ].
+    password: str = field(repr=False)
+    mechanism: str = "SCRAM-SHA-512"
+
+    def properties(self) -> str:
+        """Reads the PEM files, then renders their lines of server.properties."""
+        return sasl_ssl_properties(
+            self.mechanism,
+            self.certificate_chain.read_text(),
+            self.private_key.read_text(),
+            self.ca.read_text(),
+        )
+
+    @property
+    def scram_user(self) -> str:
+        """The storage tool's --add-scram value that creates the user at format time."""
+        return f"{self.mechanism}=[name={self.username},password={self.password}]"
+
+
+@dataclass(frozen=True)
 class KafkaNode:
     home: Path  # <ZEROTRACE_HOME>/infra
     port: int = 9092
     controller_port: int = 9093
+    sasl_ssl: SaslSslListener | None = None  # an extra listener; None for `infra up`
 
     @property
     def files(self) -> ServerFiles:
@@ -29,6 +65,11 @@ class KafkaNode:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        assert self.sasl_ssl is not None, "a node without a SASL_SSL listener"
+        return f"127.0.0.1:{self.sasl_ssl.port}"
 
     @property
     def data_dir(self) -> Path:
@@ -43,11 +84,16 @@ class KafkaNode:
         if processes.running_pid(self.files) is not None and self.answers():
             return f"Kafka already running on {self.bootstrap}"
         java = maven.require_java()
-        processes.require_free_ports("Kafka", [self.port, self.controller_port])
+        extra = [self.sasl_ssl.port] if self.sasl_ssl else []
+        processes.require_free_ports("Kafka", [self.port, self.controller_port, *extra])
         maven.resolve_jars(POM, self.lib_dir, progress, "Kafka")
         config = self.files.folder / "server.properties"
         self.files.folder.mkdir(parents=True, exist_ok=True)
-        config.write_text(server_properties(self.port, self.controller_port, self.data_dir))
+        secure = self.sasl_ssl
+        text = server_properties(
+            self.port, self.controller_port, self.data_dir, secure.port if secure else None
+        )
+        config.write_text(text + (secure.properties() if secure else ""))
         self._format_if_needed(java, config, progress)
         log4j = self.files.folder / "log4j.properties"
         log4j.write_text(LOG4J)
@@ -87,6 +133,7 @@ class KafkaNode:
                 str(config),
                 "--cluster-id",
                 cluster_id,
+                *(["--add-scram", self.sasl_ssl.scram_user] if self.sasl_ssl else []),
             ],
             capture_output=True,
             text=True,
@@ -125,15 +172,24 @@ class KafkaNode:
         return f"Kafka: running (pid {pid}) on {self.bootstrap}, {state}"
 
 
-def server_properties(port: int, controller_port: int, data_dir: Path) -> str:
+def server_properties(
+    port: int, controller_port: int, data_dir: Path, sasl_ssl_port: int | None = None
+) -> str:
+    """The node's server.properties; with `sasl_ssl_port`, a SASL_SSL listener there too,
+    whose settings sasl_ssl_properties() renders."""
+    client = f"PLAINTEXT://127.0.0.1:{port}"
+    protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if sasl_ssl_port is not None:
+        client += f",SASL_SSL://127.0.0.1:{sasl_ssl_port}"
+        protocols += ",SASL_SSL:SASL_SSL"
     return f"""# Written by `zerotrace infra up`; edits are overwritten.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+listeners={client},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners={client}
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map={protocols}
 inter.broker.listener.name=PLAINTEXT
 log.dirs={data_dir}
 # One broker: every replication factor is 1.
@@ -149,6 +205,28 @@ auto.create.topics.enable=true
 num.partitions=3
 log.retention.check.interval.ms=60000
 """
+
+
+def sasl_ssl_properties(mechanism: str, certificate_chain: str, private_key: str, ca: str) -> str:
+    """The SASL_SSL listener's own lines of server.properties. PEM text goes inline
+    (ssl.keystore.type=PEM), its line breaks written as \\n escapes, which
+    java.util.Properties reads back as line breaks."""
+    prefix = "listener.name.sasl_ssl"
+    jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    return f"""# The SASL_SSL listener (the broker and its controller talk PLAINTEXT to each other)
+sasl.enabled.mechanisms={mechanism}
+{prefix}.{mechanism.lower()}.sasl.jaas.config={jaas}
+{prefix}.ssl.keystore.type=PEM
+{prefix}.ssl.keystore.certificate.chain={_inline(certificate_chain)}
+{prefix}.ssl.keystore.key={_inline(private_key)}
+{prefix}.ssl.truststore.type=PEM
+{prefix}.ssl.truststore.certificates={_inline(ca)}
+{prefix}.ssl.client.auth=requested
+"""
+
+
+def _inline(pem: str) -> str:
+    return pem.strip().replace("\n", "\\n")
 
 
 LOG4J = """log4j.rootLogger=INFO, stdout

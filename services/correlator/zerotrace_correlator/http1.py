@@ -310,7 +310,8 @@ class Http1Parser:
         }
         if lengths:
             value = lengths.pop()
-            if lengths or not value.isdigit() or len(value) > 18:
+            # isascii: str.isdigit also takes `²` and other digits int() refuses (bench.fuzz).
+            if lengths or not (value.isascii() and value.isdigit()) or len(value) > 18:
                 return self._fail("invalid content-length", t, out)
             if int(value) == 0:
                 return self._bodiless(head, t, out)

@@ -73,7 +73,7 @@ def parse_request_body(body: bytes) -> LlmRequestInfo:
     the model and stream flag by pattern, when they came before the cut."""
     try:
         obj = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # ~1,000 nested brackets: hostile, not JSON we read
         obj = None
     if not isinstance(obj, dict):
         model = _MODEL_PATTERN.search(body)
@@ -195,8 +195,8 @@ class ResponseAnalyzer:
             # json.loads without its two wrapper calls (this runs once per token); stripped
             # already, so only what follows the value is left to check.
             obj, end = _JSON.raw_decode(data)
-        except ValueError:
-            return  # keep-alive noise or an event cut at the size limit
+        except (ValueError, RecursionError):
+            return  # keep-alive noise, an event cut at the size limit, or hostile nesting
         if end != len(data) or not isinstance(obj, dict):
             return
         if self.endpoint == ENDPOINT_RESPONSES:
@@ -262,7 +262,7 @@ class ResponseAnalyzer:
     def _on_body(self, time_ns: int) -> None:
         try:
             obj = json.loads(self._body) if not self.body_limit_hit else None
-        except ValueError:
+        except (ValueError, RecursionError):
             obj = None
         self._body.clear()
         if not isinstance(obj, dict):

@@ -1,8 +1,11 @@
 """gRPC API (schemas/zerotrace_api.proto): the same span search and LLM queries as the HTTP
-API; each method builds a filter, calls the pure function and maps its dict to messages."""
+API; each method builds a filter, calls the pure function and maps its dict to messages. With a
+token (zerotrace_query.api_auth) an interceptor refuses, UNAUTHENTICATED, every call whose
+`authorization` metadata is not `Bearer <token>`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
@@ -10,8 +13,10 @@ import grpc
 
 from zerotrace.errors import ZerotraceError
 from zerotrace.store import Store
+from zerotrace_query import api_auth
 from zerotrace_query.api import zerotrace_api_pb2 as pb
 from zerotrace_query.api import zerotrace_api_pb2_grpc as pb_grpc
+from zerotrace_query.http_api import host_port
 from zerotrace_query.llm_search import (
     DEFAULT_LIST_LIMIT,
     DEFAULT_STATS_LIMIT,
@@ -170,12 +175,52 @@ class QueryServicer(pb_grpc.QueryServicer):  # type: ignore[misc]  # generated b
         return result
 
 
+def _refuse(request: Any, context: grpc.ServicerContext) -> Any:
+    context.abort(grpc.StatusCode.UNAUTHENTICATED, api_auth.DENIED)
+
+
+# The refusing handler of each kind of method, by (request streaming, response streaming).
+_REFUSALS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+class BearerTokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
+    """Lets a call through only when its `authorization` metadata is `Bearer <token>`."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(handler_call_details)
+        metadata = dict(handler_call_details.invocation_metadata or ())
+        if handler is None or api_auth.bearer_ok(self._token, metadata.get(api_auth.METADATA_KEY)):
+            return handler  # None: no such method, which gRPC answers UNIMPLEMENTED
+        kind = (handler.request_streaming, handler.response_streaming)
+        return _REFUSALS[kind](_refuse)
+
+
 class GrpcApi:
-    def __init__(self, store: Store, host: str = "127.0.0.1", port: int = 50051) -> None:
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    """The gRPC API on host:port (port 0: any free one; `address` says which). token: the
+    bearer token every call needs ("" = none)."""
+
+    def __init__(
+        self, store: Store, host: str = "127.0.0.1", port: int = 50051, token: str = ""
+    ) -> None:
+        interceptors = [BearerTokenInterceptor(token)] if api_auth.check_token(token) else []
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=4), interceptors=interceptors
+        )
         pb_grpc.add_QueryServicer_to_server(QueryServicer(store), self._server)
-        self.port = self._server.add_insecure_port(f"{host}:{port}")
-        self.address = f"{host}:{self.port}"
+        self.port = self._server.add_insecure_port(host_port(host, port))
+        self.address = host_port(host, self.port)
 
     def start(self) -> GrpcApi:
         self._server.start()
@@ -185,26 +230,26 @@ class GrpcApi:
         self._server.stop(grace=1).wait()
 
 
-def list_spans(address: str, **filters: Any) -> list[Any]:
-    """Client helper for the CLI and tests."""
+def list_spans(address: str, token: str = "", **filters: Any) -> list[Any]:
+    """Client helper for the CLI and tests; token: the bearer token to send ("" = none)."""
+    return list(_call(address, "ListSpans", pb.ListSpansRequest(**filters), token).spans)
+
+
+def _call(address: str, method: str, request: Any, token: str = "") -> Any:
     with grpc.insecure_channel(address) as channel:
-        stub = pb_grpc.QueryStub(channel)
-        return list(stub.ListSpans(pb.ListSpansRequest(**filters), timeout=10).spans)
+        return getattr(pb_grpc.QueryStub(channel), method)(
+            request, timeout=10, metadata=api_auth.client_metadata(token)
+        )
 
 
-def _call(address: str, method: str, request: Any) -> Any:
-    with grpc.insecure_channel(address) as channel:
-        return getattr(pb_grpc.QueryStub(channel), method)(request, timeout=10)
-
-
-def list_llm_requests_rpc(address: str, **filters: Any) -> Any:
+def list_llm_requests_rpc(address: str, token: str = "", **filters: Any) -> Any:
     """Client helpers for the CLI and tests: the response message."""
-    return _call(address, "ListLlmRequests", pb.LlmFilter(**filters))
+    return _call(address, "ListLlmRequests", pb.LlmFilter(**filters), token)
 
 
-def llm_percentiles_rpc(address: str, **filters: Any) -> Any:
-    return _call(address, "LlmPercentiles", pb.LlmFilter(**filters))
+def llm_percentiles_rpc(address: str, token: str = "", **filters: Any) -> Any:
+    return _call(address, "LlmPercentiles", pb.LlmFilter(**filters), token)
 
 
-def llm_concurrency_rpc(address: str, **filters: Any) -> Any:
-    return _call(address, "LlmConcurrency", pb.LlmFilter(**filters))
+def llm_concurrency_rpc(address: str, token: str = "", **filters: Any) -> Any:
+    return _call(address, "LlmConcurrency", pb.LlmFilter(**filters), token)

@@ -2,12 +2,15 @@
 /api/v1/profiles/{flamegraph,diff,catalog} (JSON, folded text, pprof, speedscope), the web
 pages (GET /, /flamegraph, /static/...), GET /healthz. Standard library server, one thread per
 request; the store does its own locking. Handlers only parse, call a pure function, and write
-the answer."""
+the answer. With a token (zerotrace_query.api_auth) every request but /healthz needs it: a
+missing or wrong one gets 401 and one line of JSON; the pages also take it once in their
+address and hand the browser a session cookie."""
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +20,7 @@ from urllib.parse import parse_qs, urlparse
 
 from zerotrace.errors import ZerotraceError
 from zerotrace.store import Store
+from zerotrace_query import api_auth
 from zerotrace_query.flame_graph import FlameFilter
 from zerotrace_query.llm_search import (
     DEFAULT_LIST_LIMIT,
@@ -190,6 +194,8 @@ WEB_FILES = {
     "/static/flamegraph.js": ("flamegraph.js", "text/javascript; charset=utf-8"),
     "/static/flamegraph.css": ("flamegraph.css", "text/css; charset=utf-8"),
 }
+# The pages a person opens (the others are what they load): they take ?token= once.
+PAGES = frozenset(path for path, (_, kind) in WEB_FILES.items() if kind.startswith("text/html"))
 PROFILE_ROUTES = {
     "/api/v1/profiles/flamegraph": "flamegraph",
     "/api/v1/profiles/diff": "diff",
@@ -202,10 +208,12 @@ LLM_ROUTES: dict[str, tuple[bool, Callable[[Store, LlmFilter], dict[str, Any]]]]
 }
 
 
-def make_handler(store: Store) -> type[BaseHTTPRequestHandler]:
+def make_handler(store: Store, token: str = "") -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             url = urlparse(self.path)
+            if not self._authorized(url.path, url.query):
+                return
             if url.path == "/healthz":
                 self._send(200, {"status": "ok"})
             elif url.path == "/api/v1/spans":
@@ -253,26 +261,61 @@ def make_handler(store: Store) -> type[BaseHTTPRequestHandler]:
                 known = ", ".join(["/", "/api/v1/spans", *LLM_ROUTES, *PROFILE_ROUTES])
                 self._send(404, {"error": f"no such path {url.path}; try one of {known}"})
 
-        def _send(self, status: int, body: Any) -> None:
-            self._send_bytes(status, json.dumps(body).encode(), "application/json")
+        def _authorized(self, path: str, query: str) -> bool:
+            """True when the request may go on; else it has been answered (401, or 303 to
+            the page without the token it was opened with)."""
+            offered = api_auth.page_token(query) if token and path in PAGES else None
+            if offered is not None and api_auth.token_ok(token, offered[0]):
+                location = f"{path}?{offered[1]}" if offered[1] else path
+                headers = {"Location": location, "Set-Cookie": api_auth.session_cookie(token)}
+                self._send_bytes(303, b"", "text/plain", headers)
+                return False
+            if offered is None and api_auth.allowed(
+                token, path, self.headers.get("Authorization"), self.headers.get("Cookie")
+            ):
+                return True
+            self._send(401, {"error": api_auth.DENIED}, {"WWW-Authenticate": "Bearer"})
+            return False
 
-        def _send_bytes(self, status: int, data: bytes, content_type: str) -> None:
+        def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+            self._send_bytes(status, json.dumps(body).encode(), "application/json", headers)
+
+        def _send_bytes(
+            self,
+            status: int,
+            data: bytes,
+            content_type: str,
+            headers: dict[str, str] | None = None,
+        ) -> None:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.send_header("Cache-Control", "no-cache")
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
 
         def log_message(self, format: str, *args: Any) -> None:
-            log.debug("http: " + format, *args)
+            if log.isEnabledFor(logging.DEBUG):  # the request line may hold a page's ?token=
+                log.debug("http: %s", api_auth.redact(format % args))
 
     return Handler
 
 
+class _Ipv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 class HttpApi:
-    def __init__(self, store: Store, host: str = "127.0.0.1", port: int = 8080) -> None:
-        self._server = ThreadingHTTPServer((host, port), make_handler(store))
+    """The HTTP API on host:port (port 0: any free one; `url` says which). token: the bearer
+    token every request needs ("" = none)."""
+
+    def __init__(
+        self, store: Store, host: str = "127.0.0.1", port: int = 8080, token: str = ""
+    ) -> None:
+        server = _Ipv6Server if ":" in host else ThreadingHTTPServer
+        self._server = server((host, port), make_handler(store, api_auth.check_token(token)))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="http-api", daemon=True
@@ -281,7 +324,7 @@ class HttpApi:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"http://{host_port(str(host), int(port))}"
 
     def start(self) -> HttpApi:
         self._thread.start()
@@ -290,3 +333,8 @@ class HttpApi:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def host_port(host: str, port: int) -> str:
+    """`host:port`, an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
