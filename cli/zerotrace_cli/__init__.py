@@ -22,6 +22,8 @@ Start here:
   zerotrace run -- python train.py   observe one command you start
   zerotrace analyze capture.pcap     LLM request table (TTFT, TPOT) of a packet capture
   zerotrace infra up                 start local Kafka and OpenSearch for the distributed mode
+  zerotrace replay --from -1h --into incident1
+                                     re-derive a past hour apart from live data (post-mortem)
 """
 
 EPILOG = """\
@@ -37,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         infra_cmd,
         packet_cmds,
         profile_cmd,
+        replay_cmd,
         run_cmd,
         service_cmds,
     )
@@ -55,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     packet_cmds.register(sub)
     infra_cmd.register(sub)
     profile_cmd.register(sub)
+    replay_cmd.register(sub)
     return parser
 
 

@@ -17,6 +17,7 @@ from zerotrace.bus_memory import InMemoryBroker
 from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
 from zerotrace.cpu_budget import CpuBudget
+from zerotrace.raw_log import LoggingProducer, RawLogWriter
 from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir
 from zerotrace.self_cost import SelfCost
@@ -66,7 +67,15 @@ class EmbeddedNode:
         broker.ensure_topics()
         codec = AvroCodec(load_schema_dir(), InMemorySchemaRegistry())
         self.store = DuckDBStore(str(store_path))
-        self.collector = Collector(feeds.feeds, broker.producer(), codec, keep=keep)
+        # Raw events also go to the bounded local log, for `zerotrace replay --local`.
+        self.raw_log = (
+            RawLogWriter(raw_log_folder(common.home), common.raw_log_mb << 20, self.clock)
+            if common.raw_log_mb > 0
+            else None
+        )
+        producer = broker.producer()
+        raw = LoggingProducer(producer, self.raw_log) if self.raw_log else producer
+        self.collector = Collector(feeds.feeds, raw, codec, keep=keep)
         self.correlator = CorrelatorStep(codec)
         self.profiles = ProfileStep(codec, settings.load(ProfilerAggSettings))
         self.steps = StepRunner(broker, [self.correlator, self.profiles])
@@ -130,6 +139,8 @@ class EmbeddedNode:
         moved += self.steps.run_once(self.clock.now_ns())
         now = self.monotonic()
         if now >= self._index_due:
+            if self.raw_log is not None:
+                self.raw_log.flush()  # a replay may read the log while this run goes on
             indexed = self.indexer.run_once(0)
             moved += indexed
             if indexed < self.indexer.batch_size:  # else more wait: the next turn takes them
@@ -145,6 +156,8 @@ class EmbeddedNode:
 
     def close(self) -> None:
         self.feeds.close()
+        if self.raw_log is not None:
+            self.raw_log.close()
         for api in self._apis:
             api.stop()
         self.store.close()
@@ -173,6 +186,10 @@ class EmbeddedNode:
         if self.output == "lines":
             line = {names.INDEX_LLM: llm_line, names.INDEX_PROFILES: profile_line}.get(index)
             print((line or span_line)(doc), flush=True)
+
+
+def raw_log_folder(home: Path) -> Path:
+    return home / "rawlog"
 
 
 def _drained(drain_until: float | None, now: float, moved: int) -> bool:

@@ -35,6 +35,13 @@ def register(sub: Any) -> None:
         default="127.0.0.1",
         help="address both APIs listen on (0.0.0.0: every interface; set ZEROTRACE_API_TOKEN)",
     )
+    p.add_argument(
+        "--replay",
+        default="",
+        metavar="NAME",
+        help="serve the indices of `zerotrace replay --into NAME` instead of live ones (no"
+        " indexing)",
+    )
     p.set_defaults(handler=query)
 
     p = sub.add_parser("spans", help="list spans from a running query service")
@@ -95,6 +102,8 @@ def query(args: argparse.Namespace) -> int:
     from zerotrace_query.indexer import Indexer, run_indexer
 
     common = settings.load(settings.CommonSettings)
+    if args.replay:
+        return _serve_replay(args, common)
     bus = kafka_bus(common)
     store = OpenSearchStore(common.opensearch)
     indexer = Indexer(
@@ -120,6 +129,33 @@ def query(args: argparse.Namespace) -> int:
         grpc.stop()
         indexer.close()
     say(f"indexed {indexer.indexed} documents, {indexer.dead_letters} dead letters")
+    return 0
+
+
+def _serve_replay(args: argparse.Namespace, common: settings.CommonSettings) -> int:
+    """The APIs over a replay's indices (zerotrace replay --into NAME); nothing is indexed."""
+    from zerotrace.replay import ReplayName
+    from zerotrace.store_opensearch import OpenSearchStore
+    from zerotrace_query.grpc_api import GrpcApi
+    from zerotrace_query.http_api import HttpApi
+
+    into = ReplayName(args.replay)
+    store = OpenSearchStore(common.opensearch, suffix=into.index_suffix)
+    token = common.api_token
+    http = HttpApi(store, host=args.host, port=args.http_port, token=token).start()
+    grpc = GrpcApi(store, host=args.host, port=args.grpc_port, token=token).start()
+    say(
+        f"query: serving replay {into.name} from {common.opensearch}; HTTP {http.url}/, "
+        f"gRPC {grpc.address}; {access_line(token)}; Ctrl-C stops"
+    )
+    stop = StopFlag()
+    try:
+        while not stop:
+            stop.wait(1.0)
+    finally:
+        http.stop()
+        grpc.stop()
+        store.close()
     return 0
 
 

@@ -71,6 +71,10 @@ INDEX_PREFIX = "zerotrace-"
 INDEX_SPANS = "spans"
 INDEX_LLM = "llm"
 INDEX_PROFILES = "profiles"
+# A replay (`zerotrace replay --into NAME`) writes its derived records to `<topic>.replay-NAME`
+# and its documents to `<prefix><index>-replay-NAME`: beside live data, never mixed with it.
+REPLAY_TOPIC_SUFFIX = ".replay-"
+REPLAY_INDEX_SUFFIX = "-replay-"
 
 # Consumer groups (and faust app ids).
 GROUP_CORRELATOR = "zerotrace-correlator"

@@ -134,3 +134,9 @@ class CommonSettings:
         " (empty = no authentication).",
         secret=True,
     )
+    raw_log_mb: int = setting(
+        "ZEROTRACE_RAW_LOG_MB",
+        1024,
+        "Disk kept for the embedded mode's raw events under $ZEROTRACE_HOME/rawlog, newest"
+        " kept, for `zerotrace replay --local` (0 = keep none).",
+    )

@@ -1,11 +1,12 @@
 """The store port on DuckDB: the embedded mode's store and the unit tests' twin of OpenSearch.
 
-One table per index, named `<prefix><name>`: `_id` (primary key), one typed column per spec
-field, and `_doc`, the whole document as JSON, which is what search returns. The spec is kept as
-the table's comment, so a second DuckDBStore on the same file knows the index without being told.
+One table per index, named `<prefix><name><suffix>` (a replay's suffix keeps it apart): `_id`
+(primary key), one typed column per spec field, and `_doc`, the whole document as JSON, which is
+what search returns. The spec is kept as the table's comment, so a second DuckDBStore on the same
+file knows the index without being told.
 
-One connection guarded by a lock: DuckDB connections are not thread-safe, and the embedded mode
-has one writer (the indexer) and one reader (the HTTP API), so serialising them costs little.
+One connection guarded by a lock: DuckDB connections are not thread-safe, and the embedded mode has
+one writer (the indexer) and one reader (the HTTP API), so serialising them costs little.
 """
 
 from __future__ import annotations
@@ -66,8 +67,11 @@ def _where(query: Query) -> tuple[str, list[Any]]:
 
 
 class DuckDBStore:
-    def __init__(self, path: str = ":memory:", prefix: str = names.INDEX_PREFIX) -> None:
+    def __init__(
+        self, path: str = ":memory:", prefix: str = names.INDEX_PREFIX, suffix: str = ""
+    ) -> None:
         self._prefix = prefix
+        self._suffix = suffix
         self._lock = threading.Lock()
         self._specs: dict[str, IndexSpec] = {}
         try:
@@ -75,9 +79,12 @@ class DuckDBStore:
         except duckdb.IOException as e:
             raise TransientIO(f"Cannot open the DuckDB file {path!r}: {_line(e)}") from e
 
+    def _full(self, index: str) -> str:
+        return self._prefix + index + self._suffix
+
     def ensure_index(self, spec: IndexSpec) -> None:
         check_spec(spec)
-        table = self._prefix + spec.name
+        table = self._full(spec.name)
         with self._lock:
             existing = self._lookup(spec.name)
             if existing is not None:
@@ -164,14 +171,14 @@ class DuckDBStore:
     # Callers hold the lock.
 
     def _table(self, spec: IndexSpec) -> str:
-        return _quote(self._prefix + spec.name)
+        return _quote(self._full(spec.name))
 
     def _spec(self, index: str) -> IndexSpec:
         check_index_name(index)
         spec = self._lookup(index)
         if spec is None:
             raise ConfigError(
-                f"Index {self._prefix + index!r} does not exist; call ensure_index first."
+                f"Index {self._full(index)!r} does not exist; call ensure_index first."
             )
         return spec
 
@@ -182,7 +189,7 @@ class DuckDBStore:
         row = self._conn.execute(
             "SELECT comment FROM duckdb_tables() WHERE database_name = current_database()"
             " AND schema_name = 'main' AND table_name = ?",
-            [self._prefix + index],
+            [self._full(index)],
         ).fetchone()
         if row is None:
             return None
@@ -191,7 +198,7 @@ class DuckDBStore:
             spec = IndexSpec(name=index, fields=meta["fields"], time_field=meta["time_field"])
         except (TypeError, ValueError, KeyError) as e:
             raise ConfigError(
-                f"Table {self._prefix + index!r} was not made by zerotrace; drop or rename it."
+                f"Table {self._full(index)!r} was not made by zerotrace; drop or rename it."
             ) from e
         self._specs[index] = spec
         return spec

@@ -1,13 +1,14 @@
 """The store port on OpenSearch: the distributed mode's store.
 
-Index `<prefix><name>` gets its mapping from a composable template on `<prefix><name>*`, so
-dated or rolled-over indices of the same kind get it too. Only spec fields are mapped
-(`dynamic: false`): any other field is kept in `_source` and returned, never indexed, so
+Index `<prefix><name><suffix>` gets its mapping from a composable template on that name and `*`, so
+dated or rolled-over indices of the same kind get it too. A replay's indices carry its suffix
+(names.REPLAY_INDEX_SUFFIX): longer names, so their templates win (index_template). Only spec fields
+are mapped (`dynamic: false`): any other field is kept in `_source` and returned, never indexed, so
 attributes of varying shape cannot blow up the mapping. The spec itself rides in the mapping's
 `_meta`, so a reader process knows an index without being told.
 
-Sorting on `_id` needs fielddata that OpenSearch disables by default, so the id is also stored
-in the keyword field `doc_id` and results tie-break on that.
+Sorting on `_id` needs fielddata that OpenSearch disables by default, so the id is also stored in
+the keyword field `doc_id` and results tie-break on that.
 """
 
 from __future__ import annotations
@@ -155,17 +156,21 @@ def bulk_failures(sent: Sequence[str], response: Mapping[str, Any]) -> list[tupl
 
 class OpenSearchStore:
     def __init__(
-        self, url: str = "http://127.0.0.1:9200", prefix: str = names.INDEX_PREFIX
+        self, url: str = "http://127.0.0.1:9200", prefix: str = names.INDEX_PREFIX, suffix: str = ""
     ) -> None:
         self._url = url
         self._prefix = prefix
+        self._suffix = suffix
         self._specs: dict[str, IndexSpec] = {}
         # No client-side retries: TransientIO tells the caller to retry with its own backoff.
         self._client = OpenSearch(hosts=[url], max_retries=0, timeout=30)
 
+    def _full(self, index: str) -> str:
+        return self._prefix + index + self._suffix
+
     def ensure_index(self, spec: IndexSpec) -> None:
         check_spec(spec)
-        index = self._prefix + spec.name
+        index = self._full(spec.name)
         existing = self._lookup(spec.name)
         if existing is not None:
             if spec_meta(existing) != spec_meta(spec):
@@ -186,7 +191,7 @@ class OpenSearchStore:
 
     def bulk_upsert(self, index: str, docs: Sequence[tuple[str, Document]]) -> BulkResult:
         spec = self._spec(index)
-        lines, sent, failed = bulk_lines(self._prefix + index, spec, docs)
+        lines, sent, failed = bulk_lines(self._full(index), spec, docs)
         if not sent:
             return BulkResult(written=0, failed=tuple(failed))
         body = "\n".join(lines) + "\n"
@@ -202,18 +207,18 @@ class OpenSearchStore:
 
     def refresh(self, index: str) -> None:
         self._spec(index)
-        self._call(lambda: self._client.indices.refresh(index=self._prefix + index))
+        self._call(lambda: self._client.indices.refresh(index=self._full(index)))
 
     def search(self, index: str, query: Query) -> list[dict[str, Any]]:
         body = search_body(self._spec(index), query)
-        response = self._call(lambda: self._client.search(index=self._prefix + index, body=body))
+        response = self._call(lambda: self._client.search(index=self._full(index), body=body))
         return search_results(response)
 
     def count(self, index: str, query: Query) -> int:
         spec = self._spec(index)
         check_query(spec, query)
         body = {"query": query_filter(spec, query)}
-        response = self._call(lambda: self._client.count(index=self._prefix + index, body=body))
+        response = self._call(lambda: self._client.count(index=self._full(index), body=body))
         return int(response["count"])
 
     def close(self) -> None:
@@ -224,7 +229,7 @@ class OpenSearchStore:
         spec = self._lookup(index)
         if spec is None:
             raise ConfigError(
-                f"Index {self._prefix + index!r} does not exist; call ensure_index first."
+                f"Index {self._full(index)!r} does not exist; call ensure_index first."
             )
         return spec
 
@@ -233,7 +238,7 @@ class OpenSearchStore:
         spec = self._specs.get(index)
         if spec is not None:
             return spec
-        name = self._prefix + index
+        name = self._full(index)
         try:
             response = self._call(lambda: self._client.indices.get_mapping(index=name))
         except os_errors.NotFoundError:
