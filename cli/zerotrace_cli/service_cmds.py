@@ -97,8 +97,6 @@ def _run_step_worker(make_step: Callable[[AvroCodec], Step]) -> int:
 def query(args: argparse.Namespace) -> int:
     from zerotrace.names import GROUP_QUERY_INDEXER
     from zerotrace.store_opensearch import OpenSearchStore
-    from zerotrace_query.grpc_api import GrpcApi
-    from zerotrace_query.http_api import HttpApi
     from zerotrace_query.indexer import Indexer, run_indexer
 
     common = settings.load(settings.CommonSettings)
@@ -114,12 +112,10 @@ def query(args: argparse.Namespace) -> int:
         SystemClock(),
         reconnect=lambda: bus.consumer(GROUP_QUERY_INDEXER),
     )
-    token = common.api_token
-    http = HttpApi(store, host=args.host, port=args.http_port, token=token).start()
-    grpc = GrpcApi(store, host=args.host, port=args.grpc_port, token=token).start()
+    http, grpc = _start_apis(store, args, common.api_token)
     say(
         f"query: indexing into {common.opensearch}; HTTP {http.url}/api/v1/spans, "
-        f"gRPC {grpc.address}; {access_line(token)}"
+        f"gRPC {grpc.address}; {access_line(common.api_token)}"
     )
     stop = StopFlag()
     try:
@@ -136,17 +132,13 @@ def _serve_replay(args: argparse.Namespace, common: settings.CommonSettings) -> 
     """The APIs over a replay's indices (zerotrace replay --into NAME); nothing is indexed."""
     from zerotrace.replay import ReplayName
     from zerotrace.store_opensearch import OpenSearchStore
-    from zerotrace_query.grpc_api import GrpcApi
-    from zerotrace_query.http_api import HttpApi
 
     into = ReplayName(args.replay)
     store = OpenSearchStore(common.opensearch, suffix=into.index_suffix)
-    token = common.api_token
-    http = HttpApi(store, host=args.host, port=args.http_port, token=token).start()
-    grpc = GrpcApi(store, host=args.host, port=args.grpc_port, token=token).start()
+    http, grpc = _start_apis(store, args, common.api_token)
     say(
         f"query: serving replay {into.name} from {common.opensearch}; HTTP {http.url}/, "
-        f"gRPC {grpc.address}; {access_line(token)}; Ctrl-C stops"
+        f"gRPC {grpc.address}; {access_line(common.api_token)}; Ctrl-C stops"
     )
     stop = StopFlag()
     try:
@@ -157,6 +149,16 @@ def _serve_replay(args: argparse.Namespace, common: settings.CommonSettings) -> 
         grpc.stop()
         store.close()
     return 0
+
+
+def _start_apis(store: Any, args: argparse.Namespace, token: str) -> tuple[Any, Any]:
+    """The HTTP and gRPC APIs over `store`, on --host and the ports of `args`."""
+    from zerotrace_query.grpc_api import GrpcApi
+    from zerotrace_query.http_api import HttpApi
+
+    http = HttpApi(store, host=args.host, port=args.http_port, token=token).start()
+    grpc = GrpcApi(store, host=args.host, port=args.grpc_port, token=token).start()
+    return http, grpc
 
 
 def access_line(token: str) -> str:

@@ -32,6 +32,7 @@ from tests.integration.test_faust_shell import (
     produce,
     stored_llm_ids,
     wait_until,
+    worker_env,
 )
 from tests.unit.test_correlator_pipeline import raw_open
 from tests.unit.test_profile_step import sample
@@ -52,18 +53,7 @@ SAMPLE_ROUNDS = 30  # ten a second: three one-second windows and more per proces
 
 @pytest.fixture
 def live_env(kafka_bootstrap: str, opensearch_url: str, tmp_path: Path) -> dict[str, str]:
-    """test_faust_shell's settings: one-second profile windows, closed a second after."""
-    KafkaBus(kafka_bootstrap).ensure_topics()
-    return {
-        **os.environ,
-        "ZEROTRACE_KAFKA": kafka_bootstrap,
-        "ZEROTRACE_OPENSEARCH": opensearch_url,
-        "ZEROTRACE_NODE_ID": f"replay-{uuid.uuid4().hex[:8]}",
-        "ZEROTRACE_HOME": str(tmp_path),
-        "ZEROTRACE_PROFILE_WINDOW_MS": "1000",
-        "ZEROTRACE_PROFILE_LATENESS_MS": "200",
-        "ZEROTRACE_PROFILE_TICK_LAG_MS": "1000",
-    }
+    return worker_env(kafka_bootstrap, opensearch_url, tmp_path, "replay")
 
 
 @pytest.fixture

@@ -41,19 +41,27 @@ DONE_FIRST = 50  # short conversations that end before the kill
 S = 1_000_000_000
 
 
-@pytest.fixture
-def env(kafka_bootstrap: str, opensearch_url: str, tmp_path: Path) -> dict[str, str]:
+def worker_env(
+    kafka_bootstrap: str, opensearch_url: str, home: Path, node_prefix: str
+) -> dict[str, str]:
+    """The services' environment: this run's node id, one-second profile windows closed a
+    second after their end."""
     KafkaBus(kafka_bootstrap).ensure_topics()
     return {
         **os.environ,
         "ZEROTRACE_KAFKA": kafka_bootstrap,
         "ZEROTRACE_OPENSEARCH": opensearch_url,
-        "ZEROTRACE_NODE_ID": f"shell-{uuid.uuid4().hex[:8]}",
-        "ZEROTRACE_HOME": str(tmp_path),
+        "ZEROTRACE_NODE_ID": f"{node_prefix}-{uuid.uuid4().hex[:8]}",
+        "ZEROTRACE_HOME": str(home),
         "ZEROTRACE_PROFILE_WINDOW_MS": "1000",
         "ZEROTRACE_PROFILE_LATENESS_MS": "200",
         "ZEROTRACE_PROFILE_TICK_LAG_MS": "1000",
     }
+
+
+@pytest.fixture
+def env(kafka_bootstrap: str, opensearch_url: str, tmp_path: Path) -> dict[str, str]:
+    return worker_env(kafka_bootstrap, opensearch_url, tmp_path, "shell")
 
 
 @pytest.fixture
