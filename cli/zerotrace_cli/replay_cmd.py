@@ -115,6 +115,12 @@ def replay(args: argparse.Namespace) -> int:
     _show(progress.line(driver.counts.read, driver.counts.derived, time.monotonic()), last=True)
     for line in summary(into, driver, sink, time.monotonic() - started):
         print(line)
+    torn = getattr(getattr(source, "torn", None), "torn", 0)
+    if torn:
+        print(
+            f"  {torn:,} records of the local log cut short or damaged (a crash, a run still"
+            " writing): skipped"
+        )
     if not args.local:
         print(f"serve it: zerotrace query --replay {into.name}  (web page and APIs)")
     return 0
@@ -286,6 +292,7 @@ class _LocalSource:
         self._folder, self._store_path = folder, store_path
         self.codec = AvroCodec(load_schema_dir(), InMemorySchemaRegistry())
         self._store: Any = None
+        self.torn: Any = None  # the log's counts as read: records cut short or damaged
 
     def period(self, topics: list[str], from_ms: int, to_ms: int) -> tuple[Iterator[Message], int]:
         from zerotrace.raw_log import RawLogPeriod
@@ -293,6 +300,7 @@ class _LocalSource:
         period = RawLogPeriod(self._folder, from_ms, to_ms)
         wanted = set(topics)
         messages = (m for m in period.messages() if m.topic in wanted)
+        self.torn = period.counts
         return messages, period.count()
 
     def sink(self, into: ReplayName) -> _Sink:

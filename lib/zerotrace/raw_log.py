@@ -44,12 +44,13 @@ class RawLogCounts:
 
 
 def segment_paths(folder: Path) -> list[Path]:
-    """The segments, oldest first (by first timestamp, then sequence)."""
+    """The segments, oldest first: by sequence, which only grows (a writer starts after the
+    highest it finds), not by timestamp, which a clock stepped back would disorder."""
     found = []
     for path in folder.glob("*.seg"):
         head, _, seq = path.stem.partition("-")
         if head.isdigit() and seq.isdigit():
-            found.append(((int(head), int(seq)), path))
+            found.append((int(seq), path))
     return [path for _, path in sorted(found)]
 
 

@@ -66,7 +66,7 @@ def parse_time(text: str, now_ms: int) -> int:
         return now_ms - int(float(relative.group(1)) * _UNIT_S[relative.group(2)] * 1000)
     if re.fullmatch(r"\d+(\.\d+)?", text):
         whole = text.split(".")[0]
-        return int(text) if len(whole) >= 13 and "." not in text else int(float(text) * 1000)
+        return int(whole) if len(whole) >= 13 else int(float(text) * 1000)
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
@@ -92,7 +92,7 @@ class ReplayName:
     name: str
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
+        if not _NAME.fullmatch(self.name):  # match's $ would let a trailing newline in
             raise ConfigError(
                 f"--into {self.name!r}: use lower-case letters, digits and _ (at most 40),"
                 " starting with a letter or digit"
@@ -228,9 +228,10 @@ class ReplayDriver:
 
     def finish(self) -> list[Output]:
         """End of the period: tick through DRAIN_NS of message time, then flush every step."""
-        out = self._tick_until(self._last_ns + DRAIN_NS)
+        end_ns = self._last_ns + DRAIN_NS  # before ticking: the ticks move _last_ns there
+        out = self._tick_until(end_ns)
         for step in self._steps:
-            out += self._retarget(step.flush(self._last_ns + DRAIN_NS, END_REASON))
+            out += self._retarget(step.flush(end_ns, END_REASON))
         return out
 
     def _raw(self, message: Message) -> dict[str, Any]:
