@@ -27,7 +27,14 @@ def register(sub: Any) -> None:
         "or on Ctrl-C/SIGTERM, then prints what it kept and what the kernel dropped.",
     )
     p.add_argument("-i", "--interface", default="lo", help="interface (default lo)")
-    p.add_argument("-w", "--write", type=Path, required=True, help="pcap file to write")
+    p.add_argument(
+        "-w",
+        "--write",
+        type=Path,
+        required=True,
+        help="pcap file to write (mode 0600: unlike what the collector publishes, it keeps"
+        " credentials and prompts as they were sent)",
+    )
     p.add_argument("--port", type=int, help="only TCP packets to or from this port")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
     p.set_defaults(handler=capture)

@@ -133,6 +133,7 @@ def test_capture_on_lo_reassembles_exactly_the_bytes_sent(tmp_path: Path) -> Non
     stats = result["stats"]
     assert stats.kept > 2 * N_PAIRS and stats.loopback_copies > 0
     assert (stats.truncated, stats.kernel_drops) == (0, 0)
+    assert pcap.stat().st_mode & 0o777 == 0o600  # every byte the interface carried: owner only
 
     analysis = PcapAnalysis("node-k")
     records = list(analysis.records(pcap))

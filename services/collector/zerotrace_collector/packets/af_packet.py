@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import socket
 import struct
 import threading
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from zerotrace.errors import ConfigError, FeatureUnavailable
 from zerotrace_collector.packets.captured import CapturedPacket
@@ -223,7 +225,8 @@ def capture(
         stack.callback(getattr(frames, "close", lambda: None))
         writer = None
         if pcap_path is not None:
-            writer = PcapWriter(stack.enter_context(open(pcap_path, "wb")), stats.linktype, snaplen)
+            out = stack.enter_context(_private_file(pcap_path))
+            writer = PcapWriter(out, stats.linktype, snaplen)
         with contextlib.suppress(KeyboardInterrupt):
             for packet in frames:
                 if writer is not None:
@@ -239,3 +242,11 @@ def _timestamp_ns(ancdata: list[tuple[int, int, bytes]]) -> int:
             sec, nsec = _TIMESPEC.unpack_from(data)
             return int(sec) * 1_000_000_000 + int(nsec)
     return time.time_ns()  # the kernel always sends one once SO_TIMESTAMPNS is set
+
+
+def _private_file(path: str | Path) -> BinaryIO:
+    """The capture file, readable by its owner only (0600, an existing file too): it holds
+    every byte the interface carried, credentials and prompts included, as tcpdump's would."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "wb")
