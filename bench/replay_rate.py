@@ -30,6 +30,7 @@ from zerotrace.raw_log import LoggingProducer, RawLogPeriod, RawLogWriter
 from zerotrace.replay import ReplayDriver, ReplayFilter, ReplayName
 from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir
+from zerotrace.step import Step
 from zerotrace_correlator.pipeline import CorrelatorStep
 from zerotrace_profiler_agg.profile_step import ProfileStep
 
@@ -96,7 +97,7 @@ def main() -> None:
         size = sum(p.stat().st_size for p in (folder / "0").glob("*.seg"))
         print(f"raw log on disk: {size / len(batch):.0f} bytes/message")
         period = RawLogPeriod(folder / "0", 0, 2**62)
-        steps = [CorrelatorStep(codec), ProfileStep(codec)]
+        steps: list[Step] = [CorrelatorStep(codec), ProfileStep(codec)]
         driver = ReplayDriver(steps, codec.decode, ReplayName("bench"), ReplayFilter())
         started = time.process_time()
         derived = 0

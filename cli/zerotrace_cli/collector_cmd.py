@@ -156,14 +156,22 @@ def _publish(
 
 class _SpoolWatch:
     """One line when records start going to the spool (Kafka took nothing for a while) and one
-    when it is empty again, instead of librdkafka's line per failed connection attempt."""
+    when it is empty again, instead of librdkafka's line per failed connection attempt; and
+    one when the spool starts dropping records (its disk full) and one when that is over,
+    instead of a line per record."""
 
     def __init__(self, producer: SpoolingProducer) -> None:
         self._producer = producer
         self._on_disk = producer.spooled > 0  # a spool left by an earlier run: said at start
         self._since, self._base = time.monotonic(), producer.spooled_total
+        self._dropping = False
+        self._dropped_before = producer.spool_full_dropped  # drops come in spells only
 
     def tick(self) -> None:
+        self._tell_spool()
+        self._tell_drops()
+
+    def _tell_spool(self) -> None:
         on_disk = self._producer.spooled > 0
         if on_disk == self._on_disk:
             return
@@ -177,6 +185,21 @@ class _SpoolWatch:
         else:
             kept = self._producer.spooled_total - self._base
             say(f"the spool is sent: {kept} records kept on disk over {self._elapsed()} s")
+
+    def _tell_drops(self) -> None:
+        reason = self._producer.dropping
+        if (reason is not None) == self._dropping:
+            return
+        self._dropping = reason is not None
+        if reason is not None:
+            say(
+                f"records are dropped, the spool cannot keep them ({reason}): counted in "
+                "spool_full_dropped until it can again; what it holds is kept and sent"
+            )
+        else:
+            dropped = self._producer.spool_full_dropped - self._dropped_before
+            self._dropped_before = self._producer.spool_full_dropped
+            say(f"the spool keeps records again: {dropped} were dropped while it could not")
 
     def _elapsed(self) -> str:
         return f"{time.monotonic() - self._since:.0f}"

@@ -1,11 +1,14 @@
 """Kafka implementation of the bus port, over confluent-kafka (librdkafka).
 
 Producer: idempotent, acks=all, lz4, delivery callbacks count failures (the collector only
-treats a batch as sent when flush() returns 0). Consumer: manual, synchronous commits.
+treats a batch as sent when flush() returns 0). Consumer: manual, synchronous commits; the
+errors librdkafka reports between messages are counted and said once per kind
+(consumer_errors.py).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -22,9 +25,12 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from zerotrace import names
 from zerotrace.bus import Message
+from zerotrace.consumer_errors import ConsumerErrors
 from zerotrace.errors import Backpressure, ConfigError, TransientIO
 from zerotrace.kafka_security import PLAINTEXT, KafkaSecurity
 from zerotrace.spooling_producer import DeliveryError, Done
+
+log = logging.getLogger(__name__)
 
 
 def check_reachable(
@@ -244,6 +250,7 @@ class KafkaConsumer:
                 }
             )
         )
+        self._errors = ConsumerErrors(group, log.warning)
 
     def subscribe(self, topics: Sequence[str]) -> None:
         self._consumer.subscribe(list(topics))
@@ -254,10 +261,13 @@ class KafkaConsumer:
             return None
         err = msg.error()
         if err is not None:
-            if err.retriable() or not err.fatal():
-                return None
-            raise TransientIO(f"Kafka consumer error: {err.str()}")
+            self._errors.note(err)  # raises TransientIO when the consumer cannot go on
+            return None
         return _message(msg)
+
+    def counters(self) -> dict[str, int]:
+        """The errors librdkafka reported between messages, by kind (KafkaError.name())."""
+        return self._errors.counters()
 
     def commit(self, message: Message) -> None:
         tp = TopicPartition(message.topic, message.partition, message.offset + 1)

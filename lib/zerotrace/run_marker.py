@@ -10,6 +10,7 @@ the spool is sent first (spool_file.py). Wall time, because the gap is read acro
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -57,8 +58,14 @@ class RunMarker:
             return
         self._next = now + BEAT_S
         temp = self._path.with_name(NAME + ".new")
-        temp.write_text(f"{os.getpid()} {now:.3f}")
-        os.replace(temp, self._path)  # whole or not at all, even if killed mid-write
+        try:
+            temp.write_text(f"{os.getpid()} {now:.3f}")
+            os.replace(temp, self._path)  # whole or not at all, even if killed mid-write
+        except OSError:
+            # The spool's disk is full: the last beat stays (a gap would be said as longer
+            # than it was), and the collector goes on observing.
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
 
     def clear(self) -> None:
         """A clean stop: the next run finds no gap."""

@@ -11,6 +11,11 @@ second collector with the same node id is refused in one line instead of interle
 The spool holds what the probes captured (request and response bodies among it), so the folder
 is 0700 and every file in it 0600 whatever the umask, an older, wider folder or file tightened
 when the spool opens.
+
+A full disk (or any refused write) costs the one message being written, never the ones kept:
+a write cut short is cut back to the last whole frame, and append() says why it could not keep
+the message. The offset file is only read after a restart: when the disk cannot take it either,
+it is removed, so a restart sends the spool from its start again (repeats, not garbage).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final
@@ -83,12 +89,19 @@ def decode_frame(data: bytes, at: int) -> Spooled | None:
         return None
 
 
-class SpoolFile:
-    """The spool folder. Not thread-safe: one producer owns it."""
+Write = Callable[[int, bytes], int]
+"""os.write's shape: bytes written to the fd, maybe fewer than given; raises OSError."""
 
-    def __init__(self, folder: Path, max_bytes: int) -> None:
+
+class SpoolFile:
+    """The spool folder. Not thread-safe: one producer owns it. `write` is how bytes reach
+    the disk (os.write; a test gives one whose disk is full)."""
+
+    def __init__(self, folder: Path, max_bytes: int, write: Write = os.write) -> None:
         self.folder = folder
         self.max_bytes = max_bytes
+        self._write = write
+        self._broken: str | None = None  # why every append is refused, if the file is torn
         try:
             folder.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
             folder.chmod(FOLDER_MODE)  # mkdir: the umask cuts its mode; an old folder keeps its own
@@ -97,14 +110,16 @@ class SpoolFile:
         self._lock = _hold_lock(folder / "spool.lock")
         self._data_path = folder / "spool.bin"
         self._offset_path = folder / "spool.offset"
-        self._file = _append(self._data_path)
+        # A raw fd, not a buffered file: a write the disk refused leaves no bytes behind in
+        # a buffer to be flushed (and refused again) later.
+        self._fd = _private(self._data_path, os.O_WRONLY | os.O_APPEND)
         self._offset = self._read_offset()
         if self._offset > self._data_path.stat().st_size:
             self._offset = 0  # an offset left from before the file was emptied
         self.pending, self._end = self._count_from(self._offset)
         """Frames written and not yet consumed."""
         if self._end != self._data_path.stat().st_size:
-            self._file.truncate(self._end)  # a write cut by a crash: drop the torn frame
+            os.ftruncate(self._fd, self._end)  # a write cut by a crash: drop the torn frame
 
     def _read_offset(self) -> int:
         try:
@@ -139,25 +154,31 @@ class SpoolFile:
     def append(self, topic: str, key: bytes | None, value: bytes) -> str | None:
         """Keep one message; None when kept, else why not (the caller counts it lost)."""
         frame = encode_frame(topic, key, value)
+        if self._broken is not None:
+            return self._broken
         if self.bytes_used + len(frame) > self.max_bytes:
             return f"spool full ({self.max_bytes} bytes in {self.folder})"
         try:
-            self._file.write(frame)
-            self._file.flush()
+            self._write_all(self._fd, frame)
         except OSError as exc:
-            self._drop_partial_write()
-            return f"cannot write the spool in {self.folder}: {exc.strerror}"
+            reason = f"cannot write the spool in {self.folder}: {exc.strerror}"
+            try:
+                # Back to the last whole frame (cutting frees space, it never needs any), so
+                # the frames counted and the frames in the file stay the same.
+                os.ftruncate(self._fd, self._end)
+            except OSError as cut:
+                # A torn frame stays at the end: what follows it would be unreadable.
+                self._broken = f"{reason}; then could not cut it back: {cut.strerror}"
+            return reason
         self._end += len(frame)
         self.pending += 1
         return None
 
-    def _drop_partial_write(self) -> None:
-        """After a failed write (a full disk): back to the last whole frame, so the frames
-        counted and the frames in the file stay the same."""
-        self._file.close()
-        with open(self._data_path, "r+b") as f:
-            f.truncate(self._end)
-        self._file = _append(self._data_path)
+    def _write_all(self, fd: int, data: bytes) -> None:
+        """A full disk first writes what fits, then refuses (OSError)."""
+        written = 0
+        while written < len(data):
+            written += self._write(fd, data[written:])
 
     def peek(self, limit: int) -> list[Spooled]:
         """The oldest `limit` messages not yet consumed, in the order they were appended."""
@@ -171,14 +192,27 @@ class SpoolFile:
         self.pending -= len(frames)
         if self.pending <= 0:
             self.pending, self._offset, self._end = 0, 0, 0
-            self._file.truncate(0)
+            os.ftruncate(self._fd, 0)
+        self._save_offset()
+
+    def _save_offset(self) -> None:
         tmp = self._offset_path.with_suffix(".tmp")
-        with os.fdopen(_private(tmp, os.O_WRONLY | os.O_TRUNC), "w") as f:
-            f.write(str(self._offset))
-        os.replace(tmp, self._offset_path)
+        try:
+            fd = _private(tmp, os.O_WRONLY | os.O_TRUNC)
+            try:
+                self._write_all(fd, str(self._offset).encode())
+            finally:
+                os.close(fd)
+            os.replace(tmp, self._offset_path)
+        except OSError:
+            # A full disk. An offset left from before could point into the middle of a frame
+            # once the file is emptied and refilled; without one a restart sends the spool
+            # from its start (frames sent already go again, but whole).
+            self._offset_path.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
 
     def close(self) -> None:
-        self._file.close()
+        os.close(self._fd)
         os.close(self._lock)  # releases the flock
 
 
@@ -188,11 +222,6 @@ def _private(path: Path, flags: int) -> int:
     fd = os.open(path, flags | os.O_CREAT, FILE_MODE)
     os.fchmod(fd, FILE_MODE)
     return fd
-
-
-def _append(path: Path) -> BinaryIO:
-    """*path* opened to append bytes, private; owned by the caller until it closes it."""
-    return os.fdopen(_private(path, os.O_WRONLY | os.O_APPEND), "ab")
 
 
 def _hold_lock(path: Path) -> int:

@@ -23,7 +23,11 @@ Policy (time injected; the Kafka producer and the spool file are the I/O):
 - flush() waits up to its timeout, then purges what the producer still holds into the spool:
   a collector stopped while Kafka is away keeps everything on disk for its next run.
 - Loss only when the spool is full or the disk refuses a write (`max_bytes`, OSError): counted
-  in `failed`, with the reason.
+  in `failed` and in `spool_full_dropped`, with the reason. What the spool holds already is
+  kept and sent. `dropping` names the reason while such a spell lasts, so a shell can say one
+  line when it starts and one when it ends: it ends once a message was kept (spooled or sent
+  straight on) and none was dropped for `drop_quiet_s` (a nearly full disk still takes a
+  small message now and then: that alone does not end it).
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ class SpoolingProducer:
         *,
         stall_s: float = 5.0,
         batch: int = 2000,
+        drop_quiet_s: float = 5.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._inner = inner
@@ -100,6 +105,13 @@ class SpoolingProducer:
         self.spooled_total = 0
         """Messages that went to the spool since start (an outage's size, for reports)."""
         self.last_error: str | None = None
+        self.spool_full_dropped = 0
+        """Messages lost because the spool could not keep them (full, or its disk)."""
+        self.dropping: str | None = None
+        """Why messages are being dropped, while a spell of drops lasts; else None."""
+        self._drop_quiet_ns = int(drop_quiet_s * 1e9)
+        self._last_drop_ns = 0
+        self._kept_since_drop = False
 
     # -- the producer port ------------------------------------------------------------
 
@@ -110,6 +122,7 @@ class SpoolingProducer:
             return
         try:
             self._inner.produce_tracked(topic, key, value, self._outcome(topic, key, value))
+            self._kept_since_drop = True
         except Backpressure:
             self._purge()
             self._keep(topic, key, value)
@@ -122,6 +135,12 @@ class SpoolingProducer:
         if self._stalled() and self._inner.outstanding() > self._batch_outstanding():
             self._purge()  # the broker is away: what the producer holds goes first, in order
         self._send_batch()
+        if (
+            self.dropping is not None
+            and self._kept_since_drop
+            and self._clock.now_ns() - self._last_drop_ns > self._drop_quiet_ns
+        ):
+            self.dropping = None
 
     def flush(self, timeout_s: float) -> int:
         """Wait up to `timeout_s` for the broker to take everything, the spool included; then
@@ -149,6 +168,10 @@ class SpoolingProducer:
     def spooled(self) -> int:
         """Messages on disk, not acknowledged yet."""
         return self._spool.pending
+
+    def counters(self) -> dict[str, int]:
+        """Its losses, for the collector's counters."""
+        return {"spool_full_dropped": self.spool_full_dropped}
 
     @property
     def spool_folder(self) -> str:
@@ -189,9 +212,14 @@ class SpoolingProducer:
         error = self._spool.append(topic, key, value)
         if error is None:
             self.spooled_total += 1
+            self._kept_since_drop = True
             return
         self._lost += 1
+        self.spool_full_dropped += 1
         self.last_error = f"message lost: {error}"
+        self._last_drop_ns = self._clock.now_ns()
+        if self.dropping is None:
+            self.dropping, self._kept_since_drop = error, False
 
     def _outcome(self, topic: str, key: bytes | None, value: bytes) -> Done:
         """The callback of a message sent straight on."""

@@ -1,4 +1,5 @@
-"""Every schema through a real Kafka topic, and schema evolution through the Kafka registry."""
+"""Every schema through a real Kafka topic, schema evolution through the Kafka registry, and
+the registry's memory of fingerprints it did not find."""
 
 from __future__ import annotations
 
@@ -6,14 +7,21 @@ import json
 import random
 import uuid
 
+import pytest
+
 from tests.avro_examples import example
 from tests.contract.bus_contract import drain
 from tests.unit.test_codec import evolution_codecs
 from zerotrace.bus_kafka import KafkaBus
+from zerotrace.clock import ManualClock
 from zerotrace.codec import AvroCodec
+from zerotrace.errors import PoisonInput
 from zerotrace.names import Topic
-from zerotrace.schema_registry_kafka import KafkaSchemaRegistry
-from zerotrace.schemas import SCHEMA_DIR, load_schema_dir
+from zerotrace.schema_registry import InMemorySchemaRegistry
+from zerotrace.schema_registry_kafka import MISS_TTL_S, KafkaSchemaRegistry
+from zerotrace.schemas import SCHEMA_DIR, load_schema_dir, parse_schema_text
+
+S = 1_000_000_000
 
 
 def test_every_schema_round_trips_through_kafka(kafka_bootstrap: str) -> None:
@@ -64,3 +72,39 @@ def test_old_reader_decodes_newer_writer_via_the_registry_topic(kafka_bootstrap:
     [message] = drain(consumer, 1)
     consumer.close()
     assert old_reader.decode(message.value) == ("zt.test.Probe", {"pid": 1, "path": "/data/kv.bin"})
+
+
+def test_an_unknown_fingerprint_costs_one_topic_read_per_ttl(kafka_bootstrap: str) -> None:
+    """Many messages naming a schema the topic lacks: one read of the topic, not one each;
+    registered later, it is found once the TTL is over."""
+    KafkaBus(kafka_bootstrap).ensure_topics()
+    name = f"Unseen{uuid.uuid4().hex[:8]}"  # on no schema topic yet
+    schema = parse_schema_text(
+        json.dumps(
+            {
+                "type": "record",
+                "name": name,
+                "namespace": "zt.test",
+                "fields": [{"name": "n", "type": "long"}],
+            }
+        )
+    )
+    data = AvroCodec({schema.full_name: schema}, InMemorySchemaRegistry()).encode(
+        schema.full_name, {"n": 7}
+    )
+    clock = ManualClock(1_000 * S)
+    registry = KafkaSchemaRegistry(kafka_bootstrap, clock=clock)
+    reader = AvroCodec({}, registry)
+    for _ in range(50):
+        with pytest.raises(PoisonInput, match="unknown writer schema fingerprint"):
+            reader.decode(data)
+        clock.advance(S // 10)
+    assert registry.topic_reads == 1
+    KafkaSchemaRegistry(kafka_bootstrap).register(schema)  # late, by another client
+    clock.advance(int(MISS_TTL_S * S) - 5 * S - 1)  # just inside the TTL: not read again
+    with pytest.raises(PoisonInput):
+        reader.decode(data)
+    assert registry.topic_reads == 1
+    clock.advance(1)  # the TTL is over
+    assert reader.decode(data) == (schema.full_name, {"n": 7})
+    assert registry.topic_reads == 2

@@ -1,12 +1,14 @@
-"""Faults under the real collector: a broker away for OUTAGE_S under a steady event rate, and a
-collector killed with SIGKILL and started again. Real eBPF (the file-open probe, the workload's
-pid), the real `zerotrace collector` process, a private Kafka node stopped and started under
-it (the shared broker is not touched). Each test ends with exact counts by event id and prints
-its row of README's fault table."""
+"""Faults under the real collector: a broker away for OUTAGE_S under a steady event rate, a
+collector killed with SIGKILL and started again, and a broker away while the spool's disk (a
+tiny tmpfs) fills up. Real eBPF (the file-open probe, the workload's pid), the real `zerotrace
+collector` process, a private Kafka node stopped and started under it (the shared broker is not
+touched). Each test ends with exact counts by event id and prints its row of README's fault
+table."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,6 +18,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -76,7 +79,7 @@ def private_kafka(kafka_bootstrap: str, tmp_path: Path) -> Iterator[KafkaNode]:
 class Run:
     """The workload and a collector following it, publishing to *kafka*."""
 
-    def __init__(self, kafka: KafkaNode, tmp_path: Path) -> None:
+    def __init__(self, kafka: KafkaNode, tmp_path: Path, rate: int = RATE) -> None:
         self.kafka = kafka
         self.tmp = tmp_path
         self.node_id = f"kernel-outage-{uuid.uuid4().hex[:8]}"
@@ -85,7 +88,7 @@ class Run:
         self.go, self.stop_file = tmp_path / "go", tmp_path / "stop"
         paths = [str(p) for p in (self.target, self.go, self.stop_file)]
         self.workload = subprocess.Popen(
-            [sys.executable, "-c", WORKLOAD, *paths, str(RATE)],
+            [sys.executable, "-c", WORKLOAD, *paths, str(rate)],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -97,9 +100,9 @@ class Run:
         }
         self.collectors = 0
 
-    def collector(self) -> Service:
+    def collector(self, *options: str) -> Service:
         self.collectors += 1
-        args = ["collector", "--pid", str(self.workload.pid)]
+        args = ["collector", "--pid", str(self.workload.pid), *options]
         service = Service(f"collector-{self.collectors}", args, self.env, self.tmp)
         service.wait_for("collector attached", timeout_s=120)
         return service
@@ -204,3 +207,69 @@ def test_a_collector_killed_and_started_again_keeps_what_it_had_handed_over(
     # Opens made while no collector ran are the gap (and the tail it had not spooled yet).
     assert made - len(ids) <= RATE * (gap_s + 6), (made, len(ids), gap_s)
     assert len(ids) >= RATE * 12  # what the first one observed and handed over, at least
+
+
+FULL_DISK = "128k"  # the spool's tmpfs: 283 file-open frames (434 bytes) next to its other files
+FULL_RATE = 50  # opens per second: the disk was full 10 s into the outage (5 s of it the stall)
+FULL_OUTAGE_S = 30
+
+
+@contextmanager
+def tiny_disk(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of *size* mounted on *folder* while the block runs."""
+    folder.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_full_spool_disk_drops_what_it_cannot_keep_counted_and_said_once(
+    private_kafka: KafkaNode, tmp_path: Path
+) -> None:
+    """The broker is away long enough for the spool's disk to fill: the collector keeps
+    observing, drops what the disk cannot take (counted, one line when it starts and one when it
+    is over), and what it had spooled arrives once when the broker is back."""
+    run = Run(private_kafka, tmp_path, rate=FULL_RATE)
+    collector = None
+    with tiny_disk(tmp_path / "home" / "spool", FULL_DISK) as disk:
+        try:
+            collector = run.collector("--no-sockets")  # file opens only: one record each
+            run.go.touch()
+            time.sleep(3)
+            assert private_kafka.down()
+            down = time.monotonic()
+            collector.wait_for("records are dropped", timeout_s=FULL_OUTAGE_S)
+            time.sleep(max(0.0, down + FULL_OUTAGE_S - time.monotonic()))  # dropping on
+            assert collector.proc.poll() is None, collector.log.read_text()[-3000:]
+            spooled = sum(f.stat().st_size for f in disk.rglob("spool.bin"))
+            private_kafka.up(lambda _line: None)
+            collector.wait_for("the spool keeps records again", timeout_s=120)
+            made = run.finish()
+            assert collector.stop() == 1  # records were lost: said in its exit status
+        finally:
+            if collector is not None:
+                collector.stop()
+            reap(run.workload)
+    log = collector.log.read_text()
+    published = int(re.findall(r"published (\d+) records", log)[-1])
+    dropped = int(re.findall(r"spool_full_dropped (\d+)", log)[-1])
+    ids = run.opens_in_kafka(made - dropped, timeout_s=30)
+    row(
+        f"Spool disk full while Kafka was down ({FULL_RATE} events/s, a {FULL_DISK} tmpfs)",
+        f"{FULL_OUTAGE_S} s down",
+        made,
+        ids,
+    )
+    print(f"dropped for a full disk: {dropped}; {spooled} bytes were on disk when Kafka came back")
+    assert "Traceback" not in log and len(re.findall(r"published \d+ records", log)) == 1
+    assert published == made  # every open observed, the disk full or not
+    assert dropped > FULL_RATE * 10 and spooled > 64 * 1024  # the disk was full for a while
+    assert len(ids) + dropped == made, f"{made - dropped - len(ids)} kept opens never arrived"
+    assert max(ids.values()) == 1, "an open arrived twice"
+    assert log.count("records are dropped, the spool cannot keep them") == 1
+    assert "No space left on device" in log
+    assert log.count("the spool keeps records again") == 1
+    assert log.count("Kafka takes nothing: records go to the spool") == 1
+    assert log.count("the spool is sent") == 1

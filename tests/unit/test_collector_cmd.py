@@ -16,16 +16,17 @@ from unittest.mock import patch
 import pytest
 
 from tests.unit.test_collector import file_open
-from tests.unit.test_spool import TwinBroker
+from tests.unit.test_spool import Disk, TwinBroker
 from zerotrace import names, settings
 from zerotrace.bus_memory import InMemoryBroker
 from zerotrace.clock import ManualClock
 from zerotrace.codec import AvroCodec
 from zerotrace.cpu_budget import CpuBudget
 from zerotrace.self_cost import SelfCost
-from zerotrace.spool_file import SpoolFile
+from zerotrace.spool_file import SpoolFile, encode_frame
+from zerotrace.spooling_producer import SpoolingProducer
 from zerotrace_cli import build_parser, main
-from zerotrace_cli.collector_cmd import _collector_producer, _publish, _Status
+from zerotrace_cli.collector_cmd import _collector_producer, _publish, _SpoolWatch, _Status
 from zerotrace_cli.node_feeds import NodeFeeds
 from zerotrace_collector.collector import Collector
 from zerotrace_collector.feed_memory import InMemoryFeed
@@ -180,3 +181,70 @@ def test_the_status_line_covers_the_interval_since_the_last(tmp_path: Path) -> N
         "own cost: 0.6 s CPU over 25.0 s (0.02 core) plus 1.0 s starting, RSS 100 MiB "
         "(peak 200 MiB); events published 160/s"
     )
+
+
+def spool_on_a_full_disk(
+    tmp_path: Path, room: int
+) -> tuple[SpoolingProducer, TwinBroker, ManualClock]:
+    """A producer whose Kafka takes nothing (every record goes to the spool) and whose spool's
+    disk has *room* bytes left."""
+    clock = ManualClock()
+    broker = TwinBroker(clock, queue_limit=0)
+    disk = Disk()
+    disk.room = room
+    spool = SpoolFile(tmp_path / "spool", 1 << 20, disk.write)
+    producer = SpoolingProducer(broker, spool, clock, sleep=lambda s: clock.advance(int(s * 1e9)))
+    return producer, broker, clock
+
+
+@pytest.mark.usefixtures("restore_signals")
+def test_a_full_spool_disk_is_said_once_counted_and_the_loop_goes_on(
+    tmp_path: Path, codec: AvroCodec, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = [file_open(7, n) for n in range(5)]
+    room = sum(len(encode_frame(r.topic, r.key, codec.encode(r.record, r.datum))) for r in records)
+    feed = InMemoryFeed("file-open", records)
+    feed.attach()
+    producer, _broker, _clock = spool_on_a_full_disk(tmp_path, room * 2 // 5)  # two fit
+    try:
+        assert _publish(NodeFeeds([feed], None, []), producer, codec, duration=0.05) == 1
+    finally:
+        producer.close()
+    folder = tmp_path / "spool"
+    full = f"cannot write the spool in {folder}: No space left on device"
+    said = capsys.readouterr().err.splitlines()
+    assert said[:3] == [
+        "zerotrace: Kafka takes nothing: records go to the spool in "
+        f"{folder}, to be sent in order when it is back",
+        f"zerotrace: records are dropped, the spool cannot keep them ({full}): counted in "
+        "spool_full_dropped until it can again; what it holds is kept and sent",
+        "zerotrace: published 5 records (5 events), 2 unacknowledged "
+        f"(2 on disk in {folder}: sent next run), 3 failed",
+    ]
+    assert said[3:5] == [
+        "zerotrace: collector: spool_full_dropped 3",  # the status line's and the report's
+        "zerotrace: file-open: lost 0, shed 0",
+    ]
+    assert len(said) == 7  # and own cost, the last failure: no traceback
+    assert [f.value for f in SpoolFile(folder, 1 << 20).peek(5)] == [
+        codec.encode(r.record, r.datum) for r in records[:2]
+    ]
+
+
+def test_the_end_of_a_spell_of_drops_is_said_with_its_count(tmp_path: Path) -> None:
+    producer, broker, clock = spool_on_a_full_disk(tmp_path, room=0)
+    watch = _SpoolWatch(producer)
+    said: list[str] = []
+    with patch("zerotrace_cli.collector_cmd.say", said.append):
+        for i in range(3):
+            producer.produce("raw.fileio", None, f"m{i}".encode())
+            watch.tick()
+        broker.queue_limit = 10  # Kafka is back
+        for i in range(3, 10):
+            producer.produce("raw.fileio", None, f"m{i}".encode())
+            clock.advance(1_000_000_000)
+            watch.tick()
+    producer.close()
+    assert len(said) == 2 and said[0].startswith("records are dropped, the spool cannot keep")
+    assert said[1] == "the spool keeps records again: 3 were dropped while it could not"
+    assert broker.topic == [f"m{i}".encode() for i in range(3, 10)]

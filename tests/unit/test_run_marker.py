@@ -42,3 +42,14 @@ def test_a_marker_that_cannot_be_read_says_nothing() -> None:
     assert gap_line("garbage", 5.0) is None
     assert gap_line("12 x", 5.0) is None
     assert gap_line("12 3.5", 5.0) is not None
+
+
+def test_a_beat_the_disk_refuses_is_skipped_not_raised(tmp_path: Path) -> None:
+    """A full spool disk must not stop the collector: the last beat stays."""
+    now = [0.0]
+    marker = RunMarker(tmp_path, lambda: now[0])
+    marker.beat()
+    (tmp_path / "running.new").mkdir()  # the next write fails (OSError), as a full disk's
+    now[0] += BEAT_S
+    marker.beat()
+    assert (tmp_path / "running").read_text().endswith(" 0.000")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ import pytest
 
 from zerotrace.clock import ManualClock
 from zerotrace.errors import Backpressure, ConfigError
-from zerotrace.spool_file import SpoolFile
+from zerotrace.spool_file import SpoolFile, Write, encode_frame
 from zerotrace.spooling_producer import DeliveryError, Done, SpoolingProducer
 
 S = 1_000_000_000
@@ -88,11 +89,15 @@ def _close_producers() -> Iterator[None]:
 
 
 def producer(
-    tmp_path: Path, max_bytes: int = 1 << 20, batch: int = 3, lazy: bool = False
+    tmp_path: Path,
+    max_bytes: int = 1 << 20,
+    batch: int = 3,
+    lazy: bool = False,
+    write: Write = os.write,
 ) -> tuple[SpoolingProducer, TwinBroker, ManualClock]:
     clock = ManualClock(1000 * S)
     broker = TwinBroker(clock, lazy=lazy)
-    spool = SpoolFile(tmp_path / "spool", max_bytes)
+    spool = SpoolFile(tmp_path / "spool", max_bytes, write)
     out = SpoolingProducer(
         broker, spool, clock, stall_s=5, batch=batch, sleep=lambda s: clock.advance(int(s * S))
     )
@@ -231,27 +236,83 @@ def test_a_full_spool_counts_the_loss_with_the_reason(tmp_path: Path) -> None:
     assert p.last_error is not None and p.last_error.startswith("message lost: spool full (60")
 
 
-class FullDisk:
-    def write(self, data: bytes) -> int:
-        raise OSError(28, "No space left on device")
+class Disk:
+    """os.write onto a disk with `room` bytes left (None: plenty), every file of the spool
+    alike. As a full filesystem does, a write larger than the room writes what fits and the
+    next one is refused (ENOSPC); tests/kernel/test_collector_outages.py fills a real one."""
 
-    def flush(self) -> None:
-        pass
+    def __init__(self) -> None:
+        self.room: int | None = None
 
-    def close(self) -> None:
-        pass
+    def write(self, fd: int, data: bytes) -> int:
+        if self.room is None:
+            return os.write(fd, data)
+        if self.room == 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written = os.write(fd, data[: self.room])
+        self.room -= written
+        return written
 
 
-def test_a_full_disk_loses_the_message_not_the_count(tmp_path: Path) -> None:
-    spool = SpoolFile(tmp_path / "spool", 1 << 20)
+def test_a_full_disk_loses_the_message_not_the_ones_kept(tmp_path: Path) -> None:
+    disk = Disk()
+    spool = SpoolFile(tmp_path / "spool", 1 << 20, disk.write)
     assert spool.append("t", None, b"v0") is None
-    spool._file.close()
-    spool._file = FullDisk()  # type: ignore[assignment]
+    disk.room = 5  # a part of the next frame fits
     reason = spool.append("t", None, b"v1")
-    assert reason is not None and "No space left on device" in reason
-    assert spool.pending == 1 and spool.append("t", None, b"v2") is None
+    assert reason == f"cannot write the spool in {tmp_path / 'spool'}: No space left on device"
+    assert spool.pending == 1 and spool_bytes(tmp_path) == len(encode_frame("t", None, b"v0"))
+    disk.room = None
+    assert spool.append("t", None, b"v2") is None
     assert [f.value for f in spool.peek(5)] == [b"v0", b"v2"]
     spool.close()
+    again = SpoolFile(tmp_path / "spool", 1 << 20)  # and so it reads after a restart
+    assert [f.value for f in again.peek(5)] == [b"v0", b"v2"]
+    again.close()
+
+
+def test_an_offset_a_full_disk_cannot_take_is_removed_not_left_stale(tmp_path: Path) -> None:
+    """Sent frames would then go again after a restart (repeats), never a torn read."""
+    disk = Disk()
+    folder = tmp_path / "spool"
+    spool = SpoolFile(folder, 1 << 20, disk.write)
+    for i in range(4):
+        assert spool.append("t", None, f"v{i}".encode()) is None
+    spool.consume(spool.peek(1))
+    assert (folder / "spool.offset").exists()
+    disk.room = 0
+    spool.consume(spool.peek(1))  # no OSError: sending goes on
+    assert spool.pending == 2 and sorted(p.name for p in folder.iterdir()) == [
+        "spool.bin",
+        "spool.lock",
+    ]
+    spool.close()
+    again = SpoolFile(folder, 1 << 20)
+    assert [f.value for f in again.peek(5)] == [b"v0", b"v1", b"v2", b"v3"]
+    again.close()
+
+
+def test_a_full_disk_drops_what_comes_counts_it_and_sends_what_was_kept(tmp_path: Path) -> None:
+    disk = Disk()
+    p, broker, clock = producer(tmp_path, write=disk.write)
+    broker.up = False
+    send(p, clock, range(10))  # past the stall: all on disk
+    assert p.spooled == 10 and p.dropping is None
+    disk.room = 0
+    send(p, clock, range(10, 14))
+    assert p.spooled == 10 and p.spool_full_dropped == 4 and p.failed == 4
+    assert p.counters() == {"spool_full_dropped": 4}
+    assert p.dropping is not None and p.dropping.endswith(": No space left on device")
+    disk.room = len(encode_frame("raw.socket", b"k2", b"m14"))  # the last page's tail
+    send(p, clock, range(14, 16))  # m14 fits, m15 does not: one spell still, not two
+    assert p.spool_full_dropped == 5 and p.dropping is not None
+    broker.up, disk.room = True, None
+    send(p, clock, range(16, 19))  # sent and kept again, but only for 3 s
+    assert p.dropping is not None
+    send(p, clock, range(19, 22))  # none dropped for 5 s: the spell ends
+    assert p.dropping is None
+    assert p.flush(30) == 0 and p.spool_full_dropped == p.failed == 5
+    assert broker.topic == [*expected(range(10)), b"m14", *expected(range(16, 22))]
 
 
 def test_the_spool_survives_a_restart_and_drops_a_torn_last_frame(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 from zerotrace.bus import Producer
 from zerotrace.codec import AvroCodec
@@ -27,6 +28,14 @@ def require_root() -> None:
 def monotonic_to_epoch_offset_ns() -> int:
     """bpf_ktime_get_ns() reads CLOCK_MONOTONIC; this offset turns it into epoch time."""
     return time.time_ns() - time.monotonic_ns()
+
+
+@runtime_checkable
+class CountingProducer(Protocol):
+    """A producer with losses of its own to show (the spooling producer's full spool): its
+    counters join the collector's, unprefixed."""
+
+    def counters(self) -> Mapping[str, int]: ...
 
 
 class Collector:
@@ -74,6 +83,8 @@ class Collector:
             "events": self.events,
             "backpressure": self.backpressure,
         }
+        if isinstance(self._producer, CountingProducer):
+            out.update(self._producer.counters())
         for feed in self._feeds:
             for name, count in feed.counters().items():
                 out[f"{feed.name}.{name}"] = count
