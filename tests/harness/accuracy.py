@@ -6,8 +6,10 @@ client-side observation point; token counts exact.
 One allowance, for the truth's own uncertainty, measured by the client itself: it stamps the
 time just before its send call and again when it returns, and for every read it notes how
 long it ran or sat runnable without a CPU (/proc/thread-self/schedstat) after it started,
-and how long the kernel says the bytes had been waiting in the socket (TCP_INFO, counted in
-ticks, so used only beyond two). On a busy 2-core machine the scheduler sometimes makes a
+how long the kernel says the bytes had been waiting in the socket (TCP_INFO, counted in
+ticks, so used only beyond two), and, on plain TCP sockets, when the kernel received the
+newest bytes the read returned (SO_TIMESTAMPNS): the one measure that also covers the
+hypervisor running another guest (steal time, in neither schedstat figure). On a busy 2-core machine the scheduler sometimes makes a
 client wait for milliseconds, and a page fault or a hypervisor can stall it as long: the
 request then left at some moment of the send window, and a token reached the socket up to
 that time before the client saw it. A figure that matches

@@ -31,6 +31,7 @@ import socket
 import ssl
 import struct
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -136,6 +137,59 @@ def _held_by_kernel_ns(sock: Any) -> int:
     return held + _TICK_NS if held >= 2 * _TICK_NS else 0
 
 
+# The kernel's receive time of the newest bytes a read returned (SO_TIMESTAMPNS, CLOCK_REALTIME
+# ns), asked of plain TCP sockets with every read. It bounds what the thread's counters miss
+# after the data came: this VM's hypervisor runs other guests now and then (steal time, which
+# CONFIG_PARAVIRT_TIME_ACCOUNTING keeps out of a thread's run and wait times), and one such
+# stall of a few ms between the read's wake-up and the client's stamp once put a measured TTFT
+# outside a window the client had drawn too narrow.
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_TIMESPEC = struct.Struct("qq")
+_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
+
+
+def _kernel_arrival_ns(ancillary: list[tuple[int, int, bytes]]) -> int:
+    """The receive time in a read's ancillary data, CLOCK_REALTIME ns; 0 when absent."""
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
+            seconds, nanos = _TIMESPEC.unpack_from(payload)
+            return int(seconds) * 1_000_000_000 + int(nanos)
+    return 0
+
+
+def _held_since_arrival_ns(arrival_realtime_ns: int, now_monotonic_ns: int) -> int:
+    """How long before `now_monotonic_ns` the kernel received the newest bytes read."""
+    if not arrival_realtime_ns:
+        return 0
+    offset = time.time_ns() - time.monotonic_ns()  # realtime - monotonic, read now
+    return max(0, now_monotonic_ns - (arrival_realtime_ns - offset))
+
+
+def _stamped_read(sock: socket.socket, into: Any, size: int, flags: int) -> tuple[Any, int]:
+    """recv (into is None) or recv_into through recvmsg, with the kernel's receive time."""
+    if into is None:
+        data, ancillary, _flags, _addr = sock.recvmsg(size, _ANCILLARY, flags)
+        return data, _kernel_arrival_ns(ancillary)
+    view = memoryview(into)
+    count, ancillary, _flags, _addr = sock.recvmsg_into(
+        [view[: size or len(view)]], _ANCILLARY, flags
+    )
+    return count, _kernel_arrival_ns(ancillary)
+
+
+_timestamped: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+
+
+def _read_args(args: tuple[Any, ...], into: bool) -> tuple[Any, int, int]:
+    """(buffer or None, size, flags) of recv(bufsize[, flags]) or recv_into(buffer[, nbytes[,
+    flags]])."""
+    if into:
+        buffer, size, flags = (*args, 0, 0)[:3]
+        return buffer, int(size), int(flags)
+    size, flags = (*args, 0)[:2]
+    return None, int(size), int(flags)
+
+
 def _busy_ns() -> int:
     """Time this thread has spent running or runnable (waiting for a CPU), since it started:
     the first two fields of /proc/thread-self/schedstat."""
@@ -172,15 +226,25 @@ def _stamp_sockets() -> None:
 
         return send
 
-    def receiving(original: Any) -> Any:
+    def receiving(original: Any, into: bool = False) -> Any:
         def recv(self: Any, *args: Any) -> Any:
             global _last_read_ns, _last_read_wait_ns
             busy, called = _busy_ns(), time.monotonic_ns()
-            data = original(self, *args)
+            arrival = 0
+            if type(self) is socket.socket and self.type == socket.SOCK_STREAM:
+                # A plain TCP socket (TLS reads happen inside OpenSSL): read with recvmsg
+                # to learn when the kernel received the bytes.
+                if self not in _timestamped:
+                    self.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                    _timestamped.add(self)
+                data, arrival = _stamped_read(self, *_read_args(args, into))
+            else:
+                data = original(self, *args)
             now = time.monotonic_ns()
             slack = _arrival_slack(called, now, _busy_ns() - busy, _last_read_ns)
             held = _held_by_kernel_ns(self) if data else 0
-            _last_read_wait_ns, _last_read_ns = max(slack, held), now
+            received = _held_since_arrival_ns(arrival, now) if data else 0
+            _last_read_wait_ns, _last_read_ns = max(slack, held, received), now
             return data
 
         return recv
@@ -189,7 +253,7 @@ def _stamp_sockets() -> None:
         for name in ("send", "sendall"):
             setattr(cls, name, sending(getattr(cls, name)))
     for name in ("recv", "recv_into"):
-        setattr(socket.socket, name, receiving(getattr(socket.socket, name)))
+        setattr(socket.socket, name, receiving(getattr(socket.socket, name), name == "recv_into"))
     ssl.SSLSocket.read = receiving(ssl.SSLSocket.read)  # type: ignore[method-assign]
 
 
