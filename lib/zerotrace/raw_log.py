@@ -199,6 +199,11 @@ class LoggingProducer:
     def failed(self) -> int:
         return self._inner.failed
 
+    def counters(self) -> dict[str, int]:
+        """Joins the collector's counters (collector.CountingProducer): records the raw log
+        could not keep (a full disk), shown in `zerotrace run`'s summary when not 0."""
+        return {"raw_log_failed": self.log.counts.write_errors}
+
     def close(self) -> None:
         self.log.close()
         self._inner.close()

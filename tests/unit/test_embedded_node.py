@@ -100,7 +100,7 @@ def test_the_summary_shows_each_feeds_losses_and_what_zerotrace_cost(tmp_path: P
     document = json.loads((tmp_path / "summary.json").read_text())
     assert (document["spans"], document["indexed"]) == (4, 4)
     assert document["counters"] == {
-        "collector": {"published": 4, "events": 4, "backpressure": 0},
+        "collector": {"published": 4, "events": 4, "backpressure": 0, "raw_log_failed": 0},
         "file-open": {"lost": 3},
     }
     assert document["budget"] == {"cores": 0.5, "enforced_by": "cgroup v2 cpu.max"}

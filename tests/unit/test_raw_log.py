@@ -257,6 +257,7 @@ def test_the_logging_producer_passes_everything_on_and_logs_the_raw(tmp_path: Pa
     producer.produce(names.RAW_SOCKET.name, b"conn-1", b"raw")
     producer.produce(names.DERIVED_SPAN.name, b"trace", b"derived")
     assert producer.flush(1.0) == 0 and producer.failed == 0
+    assert producer.counters() == {"raw_log_failed": 0}  # joins the collector's counters
 
     consumer = broker.consumer("test")
     consumer.subscribe([names.RAW_SOCKET.name, names.DERIVED_SPAN.name])
