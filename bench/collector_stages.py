@@ -24,9 +24,11 @@ kafka`).
 
 With --llm the calls are an OpenAI chat request with a bearer key (written) and a streamed
 token's SSE chunk (read), so the redactor has credentials and content to mask in every call;
-without it, plain GETs and JSON answers (nothing to mask: the cost of looking).
+without it, plain GETs and JSON answers (nothing to mask: the cost of looking). With --h2 the
+same exchange over HTTP/2 (HEADERS with HPACK, Huffman-coded, and DATA frames: the first
+call of a connection with the preface and SETTINGS, later requests from the dynamic table).
 
-Run: .venv/bin/python -m bench.collector_stages [--events 200000 --per-poll 2000] [--llm]
+Run: .venv/bin/python -m bench.collector_stages [--events 200000 --per-poll 2000] [--llm|--h2]
 """
 
 from __future__ import annotations
@@ -91,15 +93,62 @@ class _NoRedaction:
 # -- the input: the probe's records, and a ring image holding them --------------------------------
 
 
-def probe_records(events: int, connections: int, llm: bool = False) -> Iterator[bytes]:
+def h2_payload(turn: int, blocks: tuple[bytes, bytes, bytes]) -> bytes:
+    """The --h2 call of a connection's *turn*: a chat request written (HEADERS and DATA) or an
+    SSE chunk read (in a DATA frame); each side's first call opens the connection. *blocks*:
+    a request's header block, the same one later (from the dynamic table), a response's."""
+    stream = turn // 2 * 2 + 1
+    if turn % 2 == 0:
+        block = blocks[turn > 0]
+        frames = _frame(len(block), 1, 0x4, stream) + block
+        frames += _frame(len(LLM_BODY), 0, 0x1, stream) + LLM_BODY
+        return (_H2_PREFACE if turn == 0 else b"") + frames
+    chunk = LLM_RESPONSE[4:-2]  # the SSE event, without the chunked framing
+    frames = _frame(len(chunk), 0, 0, stream) + chunk
+    if turn == 1:
+        frames = _frame(0, 4, 0, 0) + _frame(len(blocks[2]), 1, 0x4, stream) + blocks[2] + frames
+    return frames
+
+
+def _frame(length: int, kind: int, flags: int, stream: int) -> bytes:
+    return length.to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big")
+
+
+def h2_blocks() -> tuple[bytes, bytes, bytes]:
+    from hpack import Encoder, NeverIndexedHeaderTuple  # only --h2 needs it (a test dependency)
+
+    request: list[tuple[str, str] | NeverIndexedHeaderTuple] = [
+        (":method", "POST"),
+        (":scheme", "https"),
+        (":path", "/v1/chat/completions"),
+        (":authority", "bench"),
+        # Never indexed, as h2, curl and nghttp2 send it: its value is in every request.
+        NeverIndexedHeaderTuple("authorization", "Bearer sk-proj-0123456789abcdefghijklmnop"),
+        ("content-type", "application/json"),
+    ]
+    encoder = Encoder()
+    response = [(":status", "200"), ("content-type", "text/event-stream")]
+    # The second request's block is the first's fields from the dynamic table.
+    return encoder.encode(request), encoder.encode(request), Encoder().encode(response)
+
+
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(0, 4, 0, 0)
+
+
+def probe_records(
+    events: int, connections: int, llm: bool = False, h2: bool = False
+) -> Iterator[bytes]:
     """zt_sock_data_hdr + payload, as socket.c writes them: a request written, a response
     read, on each connection in turn."""
     comm = b"server".ljust(16, b"\0")
     request, response = (LLM_REQUEST, LLM_RESPONSE) if llm else (REQUEST, RESPONSE)
+    blocks = h2_blocks() if h2 else (b"", b"", b"")
     for i in range(events):
         conn, turn = i % connections, i // connections
         egress = turn % 2 == 0
         payload = request if egress else response
+        if h2:
+            payload = h2_payload(turn, blocks)
         start = 1_000_000 + i * 10_000
         yield (
             DATA_HEADER.pack(
@@ -254,8 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--llm", action="store_true", help="chat requests with a bearer key, SSE token chunks"
     )
+    parser.add_argument("--h2", action="store_true", help="as --llm, over HTTP/2")
     args = parser.parse_args(argv)
-    records = list(probe_records(args.events, args.connections, args.llm))
+    records = list(probe_records(args.events, args.connections, args.llm, args.h2))
     image, mask, producer_pos = ring_image(records)
     per_poll_bytes = sum(len(r) for r in records[: args.per_poll])
     n = len(records)
@@ -290,7 +340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{stage:8}" + "".join(f"{cell:36.2f}" for cell in cells))
     print(
         f"redact (part of record, batches): {redact_s / n * 1e6:.2f} us per event "
-        f"({'credentials and content in every call' if args.llm else 'nothing to mask'})"
+        f"({'HTTP/2: ' if args.h2 else ''}"
+        f"{'credentials and content in every call' if args.llm or args.h2 else 'nothing to mask'})"
     )
     totals = {name: sum({**common, **way}.values()) for name, way in ways.items()}
     for name, total in totals.items():

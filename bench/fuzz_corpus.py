@@ -17,6 +17,7 @@ from typing import Any
 from bench.collector_stages import LLM_REQUEST, LLM_RESPONSE, REQUEST, RESPONSE, probe_records
 from bench.fuzz_script import script
 from tests.harness.llm_conversations import conversation, interleaved
+from tests.unit.h2_wire import PREFACE, client_wire, server_wire
 from tests.unit.http_wire import (
     CHAT_PATH,
     LAST_CHUNK,
@@ -281,6 +282,14 @@ def redaction_corpus() -> list[bytes]:
         chunk(secret) + b"\r\n",
         b'{"prompt": ["one", "two"], "input": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abcdef"}',
         b"token ghp_0123456789abcdefghijABCDEFGHIJ and AKIA0123456789ABCDEF",
+        # HTTP/2 (redaction_h2): a client's and a server's side, Huffman and raw, padded or
+        # not; frames without the preface (a connection joined midway); a 101 to h2c.
+        client_wire(2, huffman=True, pad=3),
+        client_wire(1, huffman=False, pad=0),
+        client_wire(1)[len(PREFACE) :],
+        server_wire(2, huffman=True, pad=0),
+        server_wire(1, huffman=False, pad=2),
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n" + server_wire(1),
     ]
 
 

@@ -136,6 +136,7 @@ def test_socket_samples_go_to_their_topics_keyed_by_connection(
         "unplaced": 10,
         "redacted": 0,
         "masked": 0,
+        "h2_resync": 0,
     }
 
 

@@ -252,6 +252,20 @@ def test_server_error_mid_stream_and_http_500(codec: AvroCodec) -> None:
     assert span["attributes"][names.ATTR_ERROR_TYPE] == "500"
 
 
+def test_server_errors_past_the_limit_are_counted(codec: AvroCodec) -> None:
+    errors = b"".join(chunk(sse({"error": {"message": f"e{i}"}})) for i in range(20))
+    correlator = HttpLlmCorrelator()
+    out = run(
+        sock("EGRESS", post(CHAT_PATH, REQUEST), 0),
+        sock("INGRESS", SSE_HEAD + errors + chunk(DONE) + LAST_CHUNK, 10),
+        correlator=correlator,
+    )
+    encodes(codec, out)
+    _, [llm] = by_kind(out)
+    assert llm["error"].endswith("stream error: e7; 12 more server errors")
+    assert correlator.counters[c.LIMIT_STREAM_ERRORS] == 12
+
+
 def test_data_read_after_its_close_still_counts(codec: AvroCodec) -> None:
     """raw.conn may be read ahead of raw.socket: the CLOSE comes in before the last chunk."""
     records = chat_stream_records()

@@ -6,7 +6,9 @@ import pytest
 
 from tests.unit.http_wire import chat_delta, sse, usage
 from zerotrace_correlator.openai_stream import (
+    MAX_ERROR_CHARS,
     MAX_JSON_BODY_BYTES,
+    MAX_STREAM_ERRORS,
     LlmOutcome,
     LlmRequestInfo,
     ResponseAnalyzer,
@@ -155,6 +157,21 @@ def test_server_error_mid_stream() -> None:
     )
     assert out.error == "stream error: CUDA out of memory" and out.failed
     assert out.timeline.count == 1
+
+
+def test_server_errors_kept_are_bounded_and_the_rest_counted() -> None:
+    # A stream of error events without end (found by bench.fuzz: the list grew by each).
+    analyzer = ResponseAnalyzer("chat.completions", 200, SSE)
+    for t in range(1, 1_001):
+        analyzer.feed(sse({"error": {"message": f"e{t}" + "x" * 1_000}}), t)
+    out = analyzer.finish(1_001, True, None)
+    assert analyzer.errors_dropped == 1_000 - MAX_STREAM_ERRORS
+    assert out.error is not None
+    kept = out.error.split("; ")
+    assert len(kept) == MAX_STREAM_ERRORS + 2  # + the count + "stream ended without ..."
+    assert kept[0] == "stream error: e1" + "x" * (MAX_ERROR_CHARS - 2)
+    assert kept[MAX_STREAM_ERRORS] == f"{1_000 - MAX_STREAM_ERRORS} more server errors"
+    assert out.failed
 
 
 def test_aborted_stream_and_done_before_close() -> None:

@@ -31,8 +31,10 @@ Limits, on purpose:
 - A call captured in part (payload shorter than the bytes it moved) loses the bytes between
   it and the next call: an open state is kept (over-masking is the safe side) unless the next
   call starts a new HTTP message, which resets it.
-- HTTP/2's HPACK-coded headers (Huffman strings) are not decoded here: token-shaped literals
-  are masked, a Huffman-coded Authorization value is not. Noted in README as not done.
+
+HTTP/2 is told apart by its first bytes (the client preface, frames) and handed to
+`redaction_h2`, which walks the frames and HPACK and uses this scanner for header values and
+DATA payloads.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ import re
 from collections.abc import Hashable
 from typing import Final
 
+from zerotrace_collector.redaction_h2 import H2Redactor, after_h2c_upgrade, looks_h2
+
 __all__ = ["RedactionCounts", "Redactor", "StreamRedactor"]
 
 FILL: Final = b"*"[0]
@@ -48,10 +52,14 @@ FILL: Final = b"*"[0]
 # authorization: `, `"reasoning_content": "`); a key cut by the call's end is found at once.
 TAIL: Final = 48
 
-_HEADERS: Final = (
-    rb"authorization|proxy-authorization|cookie|set-cookie|x-api-key|api-key|x-goog-api-key"
-    rb"|x-auth-token|x-amz-security-token|x-csrf-token|x-xsrf-token|anthropic-api-key"
-)
+CREDENTIAL_HEADERS: Final = frozenset(
+    (
+        b"authorization", b"proxy-authorization", b"cookie", b"set-cookie", b"x-api-key",
+        b"api-key", b"x-goog-api-key", b"x-auth-token", b"x-amz-security-token",
+        b"x-csrf-token", b"x-xsrf-token", b"anthropic-api-key",
+    )
+)  # fmt: skip
+_HEADERS: Final = b"|".join(re.escape(name) for name in sorted(CREDENTIAL_HEADERS))
 _QUERY_KEYS: Final = (
     rb"api[_-]?key|key|token|access_token|id_token|auth|password|passwd|secret|client_secret"
     rb"|sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token"
@@ -124,6 +132,8 @@ _CHUNK_LINE: Final = re.compile(rb"\r\n[0-9A-Fa-f]{1,8}(?:;[^\r\n]*)?\r\n")
 _CHUNK_LINE_START: Final = re.compile(rb"\r(?:\n[0-9A-Fa-f]{0,8}(?:;[^\r\n]*)?\r?)?\Z")
 _ARRAY_STEP: Final = re.compile(rb'[\[\]"]')
 _MESSAGE_START: Final = re.compile(rb"(?:[A-Z]{3,10} \S+ HTTP/1\.[01]\r?\n|HTTP/1\.[01] \d{3})")
+# Calls that may switch a stream to HTTP/2 (`_to_h2`): the client preface, a 101 to h2c.
+_H2_STARTS: Final = (b"PRI *", b"HTTP/1.1 101 ")
 
 # States a stream may be left in at the end of a call.
 _NONE: Final = 0
@@ -143,14 +153,15 @@ def _prefix_len(text: bytes, at: int) -> int:
 class RedactionCounts:
     """What was masked, shared by every stream of one redactor."""
 
-    __slots__ = ("content", "credentials")
+    __slots__ = ("content", "credentials", "h2_resync")
 
     def __init__(self) -> None:
         self.credentials = 0  # credential values masked
         self.content = 0  # prompt or completion strings masked
+        self.h2_resync = 0  # HTTP/2 framing lost (then text until frames again), or bodies
 
     def as_dict(self) -> dict[str, int]:
-        return {"redacted": self.credentials, "masked": self.content}
+        return {"redacted": self.credentials, "masked": self.content, "h2_resync": self.h2_resync}
 
 
 class StreamRedactor:
@@ -160,16 +171,31 @@ class StreamRedactor:
         "_counts",
         "_depth",
         "_escape",
+        "_h2",
+        "_http2",
         "_keep_content",
         "_pending",
         "_resume_back",
+        "_sniffed",
+        "_started",
         "_state",
         "_tail",
     )
 
-    def __init__(self, keep_content: bool = False, counts: RedactionCounts | None = None) -> None:
+    def __init__(
+        self,
+        keep_content: bool = False,
+        counts: RedactionCounts | None = None,
+        http2: bool = True,
+    ) -> None:
+        """*http2*: hand the stream to `H2Redactor` if it turns out to be HTTP/2 (off for the
+        scanners that one uses itself)."""
         self._keep_content = keep_content
         self._counts = counts if counts is not None else RedactionCounts()
+        self._http2 = http2
+        self._started = not http2  # told HTTP/2 or not from the stream's first 9 bytes
+        self._sniffed = b""  # the first calls' bytes while fewer than 9
+        self._h2: H2Redactor | None = None
         self._state = _NONE
         self._escape = False  # _STRING / _ARRAY_STRING: the call ended on a backslash
         self._depth = 0  # _ARRAY / _ARRAY_STRING: open brackets
@@ -183,11 +209,20 @@ class StreamRedactor:
         """*data* with its credentials (and, unless kept, its content) masked; the same
         object when nothing was. *complete*: False when the call moved more bytes than
         *data* holds (capture size), so the next call does not follow on from it."""
+        if self._h2 is not None:
+            return self._h2.redact(data, complete)
         if not data:
             if not complete:  # a gap: what follows does not continue the tail
                 self._tail = b""
                 self._pending = False
             return data
+        if self._http2 and (not self._started or data.startswith(_H2_STARTS)):
+            h2 = self._to_h2(data, complete)
+            if h2 is not None:
+                return h2
+        return self._text(data, complete)
+
+    def _text(self, data: bytes, complete: bool) -> bytes:
         if self._state != _NONE and _MESSAGE_START.match(data):
             self._state = _NONE  # a new message: what was open ended in bytes not seen
             self._tail = b""
@@ -212,6 +247,46 @@ class StreamRedactor:
             if end > start:
                 out[start:end] = bytes((FILL,)) * (end - start)
         return bytes(out)
+
+    @property
+    def http2(self) -> bool:
+        """Taken for HTTP/2: changed bytes may then be Huffman codes of `*`, not `*`."""
+        return self._h2 is not None
+
+    @property
+    def open(self) -> bool:
+        """The last call ended inside a value being masked, or on a trigger (`key=`)."""
+        return self._state != _NONE or self._pending
+
+    def _to_h2(self, data: bytes, complete: bool) -> bytes | None:
+        """*data* redacted as HTTP/2 from where it starts (the stream's first 9 bytes, the
+        preface, or the frames after a 101 to h2c), or None: it does not."""
+        before, start = b"", 0
+        if not self._started:
+            seen = self._sniffed + data
+            if len(seen) < 9 and complete:  # too few to tell: text for now
+                self._sniffed = seen
+                return None
+            self._started, self._sniffed = True, b""
+            if not looks_h2(seen):
+                return None
+            before = seen[: len(seen) - len(data)]  # a preface's or a frame's first bytes
+        elif not data.startswith(b"PRI *"):
+            start = after_h2c_upgrade(data)
+            if start < 0:
+                return None
+        elif not looks_h2(data):
+            return None
+        head = self._text(data[:start], True) if start else b""
+        keep, counts = self._keep_content, self._counts
+        self._h2 = H2Redactor(
+            lambda: StreamRedactor(True, counts, http2=False),
+            lambda: StreamRedactor(keep, counts, http2=False),
+            CREDENTIAL_HEADERS,
+            counts,
+        )
+        self._h2.redact(before)
+        return head + self._h2.redact(data[start:], complete)
 
     def _triggers(self, text: bytes, start: int) -> list[tuple[int, int, str]]:
         """(start, end, kind) of every trigger from *start* on, in no order."""
@@ -419,6 +494,10 @@ class Redactor:
         if redactor is None:
             redactor = streams[stream] = StreamRedactor(self.keep_content, self.counts)
         return redactor.redact(data, complete)
+
+    def http2(self, conn: Hashable, stream: Hashable) -> bool:
+        redactor = self._conns.get(conn, {}).get(stream)
+        return redactor is not None and redactor.http2
 
     def forget(self, conn: Hashable) -> None:
         self._conns.pop(conn, None)

@@ -396,6 +396,8 @@ class Conversation:
                 self.counters[c.LIMIT_SSE_EVENT_BYTES] += ex._analyzer.sse_truncated_events
             if ex.llm.timeline.samples_dropped:
                 self.counters[c.LIMIT_ITL_SAMPLES] += ex.llm.timeline.samples_dropped
+            if ex._analyzer.errors_dropped:
+                self.counters[c.LIMIT_STREAM_ERRORS] += ex._analyzer.errors_dropped
             ex._analyzer = None
         if not complete:
             self.counters[c.EXCHANGES_ABORTED] += 1

@@ -34,6 +34,7 @@ LIMIT_HEADER_BYTES = "http.limit.header_bytes"  # http1.MAX_HEADER_BYTES and lin
 LIMIT_JSON_BODY_BYTES = "http.limit.json_body_bytes"  # openai_stream.MAX_JSON_BODY_BYTES
 LIMIT_SSE_EVENT_BYTES = "http.limit.sse_event_bytes"  # sse.MAX_EVENT_BYTES
 LIMIT_ITL_SAMPLES = "http.limit.itl_samples"  # llm_metrics.MAX_ITL_SAMPLES
+LIMIT_STREAM_ERRORS = "http.limit.stream_errors"  # openai_stream.MAX_STREAM_ERRORS
 LIMIT_SOURCE_EVENT_IDS = "http.limit.source_event_ids"  # conversation.MAX_SOURCE_EVENT_IDS
 LIMIT_PENDING_REQUESTS = "http.limit.pending_requests"  # conversation.MAX_PENDING_REQUESTS
 LIMIT_CONNECTIONS = CONNS_EVICTED  # http_llm_step.MAX_CONNECTIONS

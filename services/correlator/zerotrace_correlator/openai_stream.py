@@ -36,6 +36,14 @@ _SUFFIXES = (
 # long histories reach hundreds of KiB; past 1 MiB (images inlined as base64) we keep the
 # prefix and read the model from it with a pattern instead.
 MAX_JSON_BODY_BYTES = 1024 * 1024
+# Errors the server reported in one response (stream `error` events, failed responses), kept
+# for the exchange's `error` field; past it they are counted in `errors_dropped`. A peer may
+# send error events without end on one long-lived stream: the fuzz run found the list, held
+# for the whole response, grew by every one (1.2 MiB after a million inputs). Eight say what
+# went wrong; each is cut to MAX_ERROR_CHARS, since the message is the peer's own text and an
+# SSE event may carry a megabyte of it.
+MAX_STREAM_ERRORS = 8
+MAX_ERROR_CHARS = 256
 ERROR_CAPTURE_TRUNCATED = "capture truncated"
 
 _RESPONSES_CONTENT = {
@@ -130,6 +138,7 @@ class ResponseAnalyzer:
         self._done = False
         self._errors: list[str] = []
         self._failed = False
+        self.errors_dropped = 0  # server errors past MAX_STREAM_ERRORS: counted, not kept
 
     def buffered_bytes(self) -> int:
         return len(self._body) + (self._sse.buffered_bytes() if self._sse else 0)
@@ -157,6 +166,8 @@ class ResponseAnalyzer:
         """time_ns: the time of the body's last byte; complete: the body ended as framed."""
         if self._sse is None and complete:
             self._on_body(time_ns)
+        if self.errors_dropped:  # said after the server errors kept, before the rest
+            self._errors.append(f"{self.errors_dropped} more server errors")
         if self.status >= 400 and not any(e.startswith("http ") for e in self._errors):
             self._errors.insert(0, f"http {self.status}")
         self._failed = self.status >= 400 or bool(self._errors)
@@ -226,7 +237,7 @@ class ResponseAnalyzer:
         if kind in _RESPONSES_CONTENT and _str(obj.get("delta")):
             self.timeline.add(time_ns)
         elif kind == "error":
-            self._errors.append(f"stream error: {_message(obj)}")
+            self._server_error(obj)
             self._done = True
         response = obj.get("response")
         if isinstance(response, dict):
@@ -246,7 +257,7 @@ class ResponseAnalyzer:
         elif status in ("completed", "failed", "cancelled"):
             self._finish = status
         if isinstance(response.get("error"), dict):
-            self._errors.append(f"stream error: {_message(response)}")
+            self._server_error(response)
 
     def _take_common(self, obj: dict[str, Any]) -> None:
         model, usage = obj.get("model"), obj.get("usage")
@@ -255,7 +266,13 @@ class ResponseAnalyzer:
         if isinstance(usage, dict):
             self._usage = usage
         if obj.get("error") or obj.get("object") == "error":
-            self._errors.append(f"stream error: {_message(obj)}")
+            self._server_error(obj)
+
+    def _server_error(self, obj: dict[str, Any], prefix: str = "stream error") -> None:
+        if len(self._errors) >= MAX_STREAM_ERRORS:
+            self.errors_dropped += 1
+            return
+        self._errors.append(f"{prefix}: {_message(obj)[:MAX_ERROR_CHARS]}")
 
     # -- whole bodies ---------------------------------------------------------------------
 
@@ -268,7 +285,7 @@ class ResponseAnalyzer:
         if not isinstance(obj, dict):
             return
         if self.status >= 400:
-            self._errors.append(f"http {self.status}: {_message(obj)}")
+            self._server_error(obj, f"http {self.status}")
             return
         if self.endpoint == ENDPOINT_RESPONSES:
             self._on_response_object(obj)
