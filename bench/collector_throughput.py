@@ -11,6 +11,9 @@ phases, a fresh collector for each:
 - burst: `ab -k -n 60000 -c 8` (apache2-utils), 60,000 requests as fast as 8 keep-alive
   connections go.
 
+Each phase also prints what redaction (credentials and content masked before anything is
+published) cost inside it: the socket feed's CPU time around it, per event and as a share.
+
 Per phase: the collector's CPU time from "collector attached" (after the bcc compile) to its
 exit (its last drain and Kafka flush included: /proc/PID/stat, then wait4's rusage), the
 records it says it published, lost and shed, the records actually found in Kafka (read back
@@ -272,6 +275,19 @@ def rate_verdicts(p: Phase) -> list[str]:
     ]
 
 
+def redaction_line(p: Phase) -> str:
+    """What masking credentials and content cost inside the collector: the socket feed's CPU
+    time around each record's redaction (its `redact_cpu_us` counter), per event and as a
+    share of the collector's CPU time."""
+    redact_s = p.report._sum("redact_cpu_us") / 1e6
+    per_event = 1e6 * redact_s / p.report.events if p.report.events else 0.0
+    share = 100 * redact_s / p.cpu_s if p.cpu_s > 0 else 0.0
+    return (
+        f"{p.name}: redaction {redact_s:.2f} s of the collector's {p.cpu_s:.2f} s CPU "
+        f"({share:.1f} %), {per_event:.1f} us per event"
+    )
+
+
 def exchange_verdict(p: Phase) -> str:
     """Every exchange recorded, or what was shed counted by whole connection: never half.
     An exchange a shed cut short is not half (the correlator drops it), but counted."""
@@ -294,6 +310,7 @@ def report_lines(phases: list[Phase]) -> list[str]:
         out.append(f"{p.name} collector: {counts or 'no counters'}")
         out += [f"{p.name} collector: {note}" for note in p.report.notes]
     out += rate_verdicts(phases[0])
+    out += [redaction_line(p) for p in phases]
     out += [exchange_verdict(p) for p in phases]
     return out
 

@@ -244,6 +244,14 @@ def test_the_exchange_verdict() -> None:
     assert ct.exchange_verdict(phase(whole=90_000, report=shed)).endswith("PASS")
 
 
+def test_the_redaction_line_is_the_feeds_redaction_cpu_per_event_and_share() -> None:
+    report = ct.CollectorReport(200_000, 0, 0, {"socket.redact_cpu_us": 500_000})
+    assert ct.redaction_line(phase(report=report)) == (
+        "steady: redaction 0.50 s of the collector's 2.00 s CPU (25.0 %), 2.5 us per event"
+    )
+    assert "(0.0 %), 0.0 us per event" in ct.redaction_line(phase())
+
+
 def test_table_and_report_lines() -> None:
     burst = phase(name="burst", whole=99_000, half=10)
     lines = ct.report_lines([phase(), burst])
@@ -255,6 +263,7 @@ def test_table_and_report_lines() -> None:
     assert "steady collector: socket.lost 0" in lines
     verdicts = [line for line in lines if line.endswith(("PASS", "MISS"))]
     assert len(verdicts) == 4  # two rates (steady), an exchange verdict per phase
+    assert sum(" redaction " in line for line in lines) == 2  # one per phase
 
 
 def test_the_wire_bytes() -> None:

@@ -99,7 +99,8 @@ def test_socket_samples_go_to_their_topics_keyed_by_connection(
 ) -> None:
     connect, sent, other = conn(ConnKind.CONNECT), data(), data(pid=20)
     probe = Probe([connect, sent, other, conn(ConnKind.CLOSE)], follow=True)
-    feed = SocketFeed(probe, "node-a", OFFSET)  # type: ignore[arg-type]
+    cpu = iter(range(0, 10**9, 5_000))  # each read of the CPU clock 5 µs after the last
+    feed = SocketFeed(probe, "node-a", OFFSET, cpu_ns=lambda: next(cpu))  # type: ignore[arg-type]
     assert (feed.name, feed.follows) == ("socket", True)
     records = list(feed.poll(0))
     # The closing connection's calls go out before its close; the other's at the end.
@@ -137,6 +138,7 @@ def test_socket_samples_go_to_their_topics_keyed_by_connection(
         "redacted": 0,
         "masked": 0,
         "h2_resync": 0,
+        "redact_cpu_us": 5 * 2,  # two data records, their redaction timed 5 µs each
     }
 
 
