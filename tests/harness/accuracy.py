@@ -9,11 +9,11 @@ long it ran or sat runnable without a CPU (/proc/thread-self/schedstat) after it
 how long the kernel says the bytes had been waiting in the socket (TCP_INFO, counted in
 ticks, so used only beyond two), and, on plain TCP sockets, when the kernel received the
 newest bytes the read returned (SO_TIMESTAMPNS): the one measure that also covers the
-hypervisor running another guest (steal time, in neither schedstat figure). On a busy 2-core machine the scheduler sometimes makes a
-client wait for milliseconds, and a page fault or a hypervisor can stall it as long: the
-request then left at some moment of the send window, and a token reached the socket up to
-that time before the client saw it. A figure that matches
-any moment of these windows (within the tolerance) is counted as right; `uncertain` lists such
+hypervisor running another guest (steal time, in neither schedstat figure). On a busy 2-core
+machine the scheduler sometimes makes a client wait for milliseconds, and a page fault or a
+hypervisor can stall it as long: the request then left at some moment of the send window, and
+a token reached the socket up to that time before the client saw it. A figure that matches any
+moment of these windows (within the tolerance) is counted as right; `uncertain` lists such
 requests, so a report can say how many there were.
 
 At the NETWORK observation point (a capture between the two ends) a token may also wait
