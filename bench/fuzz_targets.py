@@ -290,9 +290,10 @@ class ConversationTarget(Target):
             self.codec.encode(name, datum)
         check(self.correlator.connections <= self.MAX_CONNECTIONS, "connections past the cap")
         conv = self.correlator.conversation(conn)
-        if conv is not None:
+        if isinstance(conv, Conversation):  # other protocols' parsers: their own targets
             buffered = conv.buffered_bytes()
             check(buffered <= Conversation.max_buffered_bytes(), "a connection's buffers")
+        if conv is not None:
             self.rejected += conv.gave_up is not None
 
     def state(self) -> object:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from zerotrace import settings
+from zerotrace import names, settings
 from zerotrace.infra.kafka_node import KafkaNode
 from zerotrace.infra.opensearch_node import OpenSearchNode
 
@@ -20,7 +20,9 @@ def register(sub: Any) -> None:
         "Data, logs and pid files live under $ZEROTRACE_HOME/infra.",
     )
     p.add_argument("action", choices=["up", "down", "status"])
-    p.add_argument("--only", choices=["kafka", "opensearch"], help="act on one server only")
+    p.add_argument(
+        "--only", choices=[names.INFRA_KAFKA, "opensearch"], help="act on one server only"
+    )
     p.set_defaults(handler=run)
 
 
@@ -28,7 +30,9 @@ def nodes(only: str | None = None) -> list[Any]:
     common = settings.load(settings.CommonSettings)
     home = common.home / "infra"
     all_nodes: dict[str, Any] = {
-        "kafka": KafkaNode(home, port=common.kafka_port, controller_port=common.kafka_port + 1),
+        names.INFRA_KAFKA: KafkaNode(
+            home, port=common.kafka_port, controller_port=common.kafka_port + 1
+        ),
         "opensearch": OpenSearchNode(
             home, port=common.opensearch_port, transport_port=common.opensearch_port + 100
         ),

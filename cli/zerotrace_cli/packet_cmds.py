@@ -16,6 +16,7 @@ from zerotrace.schemas import load_schema_dir
 from zerotrace_cli.common import StopFlag, say
 from zerotrace_cli.llm_view import render_llm_view
 from zerotrace_cli.socket_args import add_content_argument, redactor
+from zerotrace_cli.span_tables import protocol_of, render_protocol_tables
 
 
 def register(sub: Any) -> None:
@@ -101,12 +102,16 @@ def analyze(args: argparse.Namespace) -> int:
         with open(args.json, "w") as out:
             for record, datum in derived:
                 out.write(json.dumps({"record": record, **datum}, default=_plain) + "\n")
+    for line in render_protocol_tables(spans, rows=args.rows):
+        print(line)
     print(render_llm_view(llm, rows=args.rows))
     summary = analysis.summary()
     problem = summary.pop("problem", None)
+    http_spans = sum(protocol_of(s) == "http" for s in spans)
+    others = len(spans) - http_spans
     print(
-        f"\n{summary.get('packets', 0)} packets, {len(spans)} HTTP exchanges, "
-        f"{len(llm)} LLM requests"
+        f"\n{summary.get('packets', 0)} packets, {http_spans} HTTP exchanges, "
+        f"{len(llm)} LLM requests" + (f", {others} spans of other protocols" if others else "")
     )
     counted = {k: v for k, v in summary.items() if isinstance(v, int) and v and k != "packets"}
     print("counted: " + ", ".join(f"{k} {v}" for k, v in sorted(counted.items())))

@@ -76,6 +76,10 @@ INDEX_PROFILES = "profiles"
 REPLAY_TOPIC_SUFFIX = ".replay-"
 REPLAY_INDEX_SUFFIX = "-replay-"
 
+# The local Kafka `zerotrace infra` runs: its folder, pom and `--only` choice. The same word as
+# PROTOCOL_KAFKA (the wire protocol the correlator reads), which is not why it is spelled so.
+INFRA_KAFKA = "kafka"
+
 # Consumer groups (and faust app ids).
 GROUP_CORRELATOR = "zerotrace-correlator"
 GROUP_PROFILER_AGG = "zerotrace-profiler-agg"
@@ -86,6 +90,13 @@ GROUP_QUERY_INDEXER = "zerotrace-query-indexer"
 SPAN_KIND_HTTP_CLIENT = "http.client"
 SPAN_KIND_HTTP_SERVER = "http.server"
 SPAN_KIND_FILE_OPEN = "file.open"
+
+
+def protocol_span_kind(protocol: str, side: str) -> str:
+    """The kind of another protocol's spans, as HTTP's: "redis.client", "postgresql.server"."""
+    return f"{protocol}.{side}"
+
+
 ATTR_PROCESS_PID = "process.pid"
 ATTR_THREAD_ID = "thread.id"
 ATTR_PROCESS_NAME = "process.executable.name"
@@ -114,3 +125,61 @@ ATTR_OBSERVATION_POINT = "zerotrace.observation_point"  # client, server or netw
 ATTR_SOURCE_EVENTS = "zerotrace.source_events"  # raw events in all; the id list is capped
 ATTR_ERROR_MESSAGE = "zerotrace.error"
 ATTR_CAPTURE_GAP = "zerotrace.capture.truncated"
+
+# DNS attributes (zerotrace_correlator/dns.py)
+PROTOCOL_DNS = "dns"
+ATTR_NETWORK_TRANSPORT = "network.transport"  # udp or tcp
+ATTR_DNS_QUESTION_NAME = "dns.question.name"
+# OpenTelemetry's dns.answers is a string array; span attributes are scalars, so it is joined
+# with commas (A/AAAA addresses and CNAME targets, capped at dns_wire.MAX_ANSWERS_KEPT).
+ATTR_DNS_ANSWERS = "dns.answers"
+# No OpenTelemetry name for these four (its DNS registry has only the two above).
+ATTR_DNS_QUESTION_TYPE = "zerotrace.dns.question.type"  # A, AAAA, HTTPS ... or TYPEnnn
+ATTR_DNS_RESPONSE_CODE = "zerotrace.dns.response_code"  # NOERROR, NXDOMAIN ... or RCODEnn
+ATTR_DNS_ANSWER_COUNT = "zerotrace.dns.answer_count"
+ATTR_DNS_TRUNCATED = "zerotrace.dns.truncated"  # the TC flag: the answer did not fit in UDP
+
+# Redis attributes (zerotrace_correlator/redis_resp.py)
+PROTOCOL_REDIS = "redis"  # also OpenTelemetry's db.system.name value for Redis
+ATTR_DB_SYSTEM_NAME = "db.system.name"
+ATTR_DB_OPERATION_NAME = "db.operation.name"  # the command: GET, HSET, CLIENT SETNAME
+ATTR_DB_NAMESPACE = "db.namespace"  # Redis: the SELECTed database index, as a string
+ATTR_DB_QUERY_TEXT = "db.query.text"  # arguments as ? unless kept by opt-in
+ATTR_DB_RESPONSE_STATUS_CODE = "db.response.status_code"  # Redis: the error prefix (WRONGTYPE)
+ATTR_DB_STORED_PROCEDURE_NAME = "db.stored_procedure.name"  # EVALSHA's sha1, FCALL's function
+
+# Kafka protocol attributes (zerotrace_correlator/kafka_wire.py)
+PROTOCOL_KAFKA = "kafka"  # also OpenTelemetry's messaging.system.name value for Kafka
+# OpenTelemetry messaging names as of semantic conventions v1.45, which renamed
+# messaging.system to messaging.system.name and messaging.kafka.offset to kafka.offset.
+ATTR_MESSAGING_SYSTEM = "messaging.system.name"
+ATTR_MESSAGING_OPERATION_NAME = "messaging.operation.name"  # send, receive, metadata ...
+ATTR_MESSAGING_OPERATION_TYPE = "messaging.operation.type"  # send (Produce), receive (Fetch)
+ATTR_MESSAGING_DESTINATION = "messaging.destination.name"  # the topic, when only one
+ATTR_MESSAGING_PARTITION = "messaging.destination.partition.id"  # when only one, as a string
+ATTR_MESSAGING_CLIENT_ID = "messaging.client.id"
+ATTR_MESSAGING_BATCH_COUNT = "messaging.batch.message_count"  # records in v2 batches
+ATTR_KAFKA_OFFSET = "kafka.offset"  # Produce: the base offset the broker gave the batch
+# No OpenTelemetry name for these.
+ATTR_KAFKA_API_KEY = "zerotrace.kafka.api_key"  # the number: 0 for Produce
+ATTR_KAFKA_API_NAME = "zerotrace.kafka.api_name"  # as Kafka spells it: Produce, ApiVersions
+ATTR_KAFKA_API_VERSION = "zerotrace.kafka.api_version"
+ATTR_KAFKA_TOPICS = "zerotrace.kafka.topics"  # several topics, joined by commas
+ATTR_KAFKA_TOPIC_ID = "zerotrace.kafka.topic_id"  # hex, when the request named the topic by id
+ATTR_KAFKA_ERRORS = "zerotrace.kafka.errors"  # several distinct error codes' names, by commas
+
+# PostgreSQL attributes (zerotrace_correlator/postgres.py)
+PROTOCOL_POSTGRESQL = "postgresql"  # also OpenTelemetry's db.system.name value for PostgreSQL
+ATTR_DB_COLLECTION_NAME = "db.collection.name"  # the one table a statement names, as written
+ATTR_DB_OPERATION_BATCH_SIZE = "db.operation.batch.size"  # statements in one Query, if 2+
+ATTR_DB_RESPONSE_RETURNED_ROWS = "db.response.returned_rows"
+# No OpenTelemetry name for the rows an INSERT, UPDATE, DELETE, MERGE or COPY FROM changed.
+ATTR_DB_AFFECTED_ROWS = "zerotrace.db.affected_rows"
+
+# MySQL attributes (zerotrace_correlator/mysql.py)
+PROTOCOL_MYSQL = "mysql"
+DB_SYSTEM_MYSQL = "mysql"  # OpenTelemetry's db.system.name values: MySQL, and MariaDB when
+DB_SYSTEM_MARIADB = "mariadb"  # the server's greeting names it
+ATTR_USER_NAME = "user.name"  # the login's user (OpenTelemetry dropped db.user for this)
+# No OpenTelemetry name for an ERR packet's SQLSTATE (db.response.status_code is the number).
+ATTR_MYSQL_SQLSTATE = "zerotrace.mysql.sqlstate"

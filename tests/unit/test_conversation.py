@@ -85,10 +85,19 @@ def test_keep_alive_and_pipelining_pair_fifo() -> None:
 
 def test_other_protocols_are_given_up_cleanly() -> None:
     conv, counters = conversation()
-    redis = sock("EGRESS", b"*1\r\n$4\r\nPING\r\n", 1)
-    assert feed(conv, redis, sock("INGRESS", b"+PONG\r\n", 2)) == []
-    assert conv.gave_up == "not HTTP/1.x"
+    memcached = sock("EGRESS", b"get session:42\r\n", 1)
+    assert feed(conv, memcached, sock("INGRESS", b"END\r\n", 2)) == []
+    assert conv.gave_up == "not HTTP/1.x" and conv.handover is None
     assert counters[c.CONNS_NOT_HTTP] == 1 and counters[c.RECORDS_IGNORED] == 1
+
+
+def test_a_protocol_the_correlator_knows_is_handed_over() -> None:
+    """Redis's first bytes: the connection goes to its parser (proto_conversation.py)."""
+    conv, counters = conversation()
+    assert feed(conv, sock("EGRESS", b"*1\r\n$4\r\nPING\r\n", 1)) == []
+    assert conv.handover is not None and conv.handover.name == "redis"
+    assert conv.gave_up == "redis connection"
+    assert counters[c.CONNS_HANDED_OVER] == 1 and counters[c.CONNS_NOT_HTTP] == 0
 
 
 def test_tls_records_of_syscalls_are_skipped_until_plaintext_comes() -> None:

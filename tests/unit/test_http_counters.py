@@ -31,7 +31,9 @@ def counters() -> dict[str, str]:
 def test_every_counter_is_an_http_name_and_names_one_thing() -> None:
     found = counters()
     assert len(found) >= 20
-    assert all(value.startswith("http.") for value in found.values())
+    # http.*: HTTP/1.x connections and exchanges; proto.*: connections handed to another
+    # protocol's parser (proto_conversation.py).
+    assert all(value.startswith(("http.", "proto.")) for value in found.values())
     assert all(re.fullmatch(r"[a-z_.]+", value) for value in found.values())
     by_value: dict[str, list[str]] = {}
     for name, value in found.items():

@@ -381,7 +381,9 @@ def test_garbage_and_tls_connections_yield_nothing() -> None:
         correlator=correlator,
     )
     assert out == [] and correlator.advance(3 + CLOSE_GRACE_NS) == []
-    assert correlator.counters[c.CONNS_NOT_HTTP] == 2 and correlator.counters[c.CONNS_CLOSED] == 1
+    assert correlator.counters[c.CONNS_NOT_HTTP] == 1 and correlator.counters[c.CONNS_CLOSED] == 1
+    # The Redis connection went to its own parser; its PING, never answered, waits.
+    assert correlator.counters[c.CONNS_HANDED_OVER] == 1
 
 
 def test_idle_timeout_and_eviction() -> None:

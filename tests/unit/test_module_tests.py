@@ -85,6 +85,12 @@ TESTED_UNDER: dict[str, str] = {
     "services/correlator/zerotrace_correlator/pipeline.py": (
         "tests/unit/test_correlator_pipeline.py"
     ),
+    "services/correlator/zerotrace_correlator/proto_records.py": (
+        "tests/unit/test_proto_conversation.py"
+    ),
+    "services/correlator/zerotrace_correlator/protocols.py": (
+        "tests/unit/test_proto_conversation.py"
+    ),
     "services/profiler-agg/zerotrace_profiler_agg/profile_fold.py": (
         "tests/unit/test_profile_fold_properties.py"
     ),

@@ -14,11 +14,12 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zerotrace import names
 from zerotrace.errors import TransientIO
 from zerotrace.infra import maven, processes
 from zerotrace.infra.processes import Progress, ServerFiles
 
-POM = Path(__file__).resolve().parents[3] / "infra" / "kafka" / "pom.xml"
+POM = Path(__file__).resolve().parents[3] / "infra" / names.INFRA_KAFKA / "pom.xml"
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class KafkaNode:
 
     @property
     def files(self) -> ServerFiles:
-        return ServerFiles("kafka", self.home / "kafka")
+        return ServerFiles(names.INFRA_KAFKA, self.home / names.INFRA_KAFKA)
 
     @property
     def bootstrap(self) -> str:
@@ -77,7 +78,7 @@ class KafkaNode:
 
     @property
     def lib_dir(self) -> Path:
-        return self.home / "lib" / "kafka"
+        return self.home / "lib" / names.INFRA_KAFKA
 
     def up(self, progress: Progress) -> str:
         """Start unless running; returns what happened, in words."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerotrace_correlator import http_counters as c
+from zerotrace_correlator import protocols
 from zerotrace_correlator.http1 import (
     MAX_HEADER_BYTES,
     BodyGap,
@@ -41,6 +42,7 @@ from zerotrace_correlator.openai_stream import (
     endpoint_for,
     parse_request_body,
 )
+from zerotrace_correlator.protocols import ProtocolEntry
 from zerotrace_correlator.socket_call import SocketCall
 
 # Pipelined requests waiting for responses. Clients pipeline a handful at most; past this the
@@ -123,6 +125,8 @@ class Conversation:
         self._request_direction: str | None = None
         self._joined_late = False
         self._not_http = False
+        # Set when the first bytes are another protocol's: its parser takes the connection.
+        self.handover: ProtocolEntry | None = None
         self._requests = Http1Parser(is_request=True)
         self._responses = Http1Parser(is_request=False)
         self._pending: deque[Exchange] = deque()  # requests seen, responses not started
@@ -263,6 +267,11 @@ class Conversation:
             # We joined mid-way (a status line or the rest of a body came first): skip the
             # rest of the exchange we missed until a request line starts one we can follow.
             self.counters[c.RECORDS_BEFORE_FIRST_REQUEST] += 1
+        elif (entry := protocols.recognise(payload)) is not None:
+            # Another protocol: the correlator hands the connection over (proto_conversation).
+            self.handover = entry
+            self.gave_up = f"{entry.name} connection"
+            self.counters[c.CONNS_HANDED_OVER] += 1
         else:
             self.counters[c.CONNS_NOT_HTTP] += 1
             self._not_http = True

@@ -8,7 +8,10 @@ zerotrace.names once the metric exports read them; they are kept here meanwhile.
 from __future__ import annotations
 
 # Connections
-CONNS_NOT_HTTP = "http.conns.not_http"  # first bytes were not an HTTP/1.x request (TLS, Redis)
+CONNS_NOT_HTTP = "http.conns.not_http"  # first bytes neither HTTP/1.x nor a known protocol
+CONNS_HANDED_OVER = "proto.conns"  # another protocol's (protocols.py): its parser took it
+PROTO_SPANS = "proto.spans"  # spans of those connections (proto_conversation.py)
+PROTO_PARSE_ERRORS = "proto.conns.parse_error"  # a protocol parser stopped: bytes it refused
 CONNS_CLOSED = "http.conns.closed"  # raw.conn CLOSE
 CONNS_SHED = "http.conns.shed"  # raw.conn SHED: the collector shed it (its budget was short)
 CONNS_IDLE_TIMEOUT = "http.conns.idle_timeout"  # dropped by advance() after the idle timeout

@@ -9,7 +9,7 @@ pairs ready for the codec; the caller encodes and publishes them.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zerotrace import names
@@ -17,6 +17,8 @@ from zerotrace.holds import Holds
 from zerotrace_correlator import http_counters as c
 from zerotrace_correlator.conversation import Conversation, Exchange
 from zerotrace_correlator.exchange_records import http_span, llm_request
+from zerotrace_correlator.proto_conversation import ProtoConversation, ProtoExchange
+from zerotrace_correlator.proto_records import proto_span
 from zerotrace_correlator.socket_call import SocketCall, call_of_record
 
 # Connections tracked at once. An idle tracked connection costs about 3.5 KiB (measured with
@@ -48,7 +50,7 @@ class HttpLlmCorrelator:
         self.idle_timeout_ns = idle_timeout_ns
         self.counters: Counter[str] = Counter()
         # Least recently active first: eviction and idle scans start at the front.
-        self._conns: OrderedDict[str, Conversation] = OrderedDict()
+        self._conns: OrderedDict[str, Conversation | ProtoConversation] = OrderedDict()
         # conn_id -> event time of its CLOSE, in arrival order (close times are near-monotone).
         self._closing: OrderedDict[str, int] = OrderedDict()
         # Those of them that the collector shed (raw.conn SHED): cut, not closed.
@@ -63,7 +65,7 @@ class HttpLlmCorrelator:
         """Connections tracked now (given-up ones included, until they close or idle out)."""
         return len(self._conns)
 
-    def conversation(self, conn_id: str) -> Conversation | None:
+    def conversation(self, conn_id: str) -> Conversation | ProtoConversation | None:
         return self._conns.get(conn_id)
 
     def feed_socket(self, record: Mapping[str, Any]) -> list[Output]:
@@ -91,7 +93,11 @@ class HttpLlmCorrelator:
             self._conns.move_to_end(conn_id)
         key = (BUSY, conn_id)
         for call in calls:
-            done = conv.feed(call)
+            done: list[Exchange | ProtoExchange] = list(conv.feed(call))
+            if isinstance(conv, Conversation) and conv.handover is not None:
+                conv = ProtoConversation(conn_id, conv.handover, call, self.counters)
+                self._conns[conn_id] = conv
+                done += conv.feed(call)
             if done:
                 out += _records(done)
             if conv.at_rest:
@@ -144,7 +150,7 @@ class HttpLlmCorrelator:
         self._forget(conn_id)
         return [] if conv is None else self._end(conv, shed)
 
-    def _end(self, conv: Conversation, shed: bool) -> list[Output]:
+    def _end(self, conv: Conversation | ProtoConversation, shed: bool) -> list[Output]:
         if not shed:
             self.counters[c.CONNS_CLOSED] += 1
             return _records(conv.close("connection closed"))
@@ -184,9 +190,12 @@ class HttpLlmCorrelator:
         return out
 
 
-def _records(exchanges: list[Exchange]) -> list[Output]:
+def _records(exchanges: Sequence[Exchange | ProtoExchange]) -> list[Output]:
     out: list[Output] = []
     for ex in exchanges:
+        if isinstance(ex, ProtoExchange):
+            out.append((names.DERIVED_SPAN.record, proto_span(ex)))
+            continue
         out.append((names.DERIVED_SPAN.record, http_span(ex)))
         llm = llm_request(ex)
         if llm is not None:

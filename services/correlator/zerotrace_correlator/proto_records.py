@@ -1,0 +1,60 @@
+"""Spans of protocols other than HTTP (proto_conversation.ProtoExchange) as derived.span
+records. Pure. Ids are deterministic as HTTP's are (exchange_records.py): the connection, the
+span's start and its rank among spans starting at the same nanosecond."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zerotrace import names
+from zerotrace_correlator.fileio_spans import stable_id
+from zerotrace_correlator.proto_conversation import SERVER, ProtoExchange
+
+
+def proto_span(px: ProtoExchange) -> dict[str, Any]:
+    span, origin = px.span, px.origin
+    local = (str(origin.get("local_addr", "")), str(origin.get("local_port", "")))
+    remote = (str(origin.get("remote_addr", "")), str(origin.get("remote_port", "")))
+    client, server = (local, remote) if px.requests_sent_locally else (remote, local)
+    attributes = {key: _text(value) for key, value in span.attributes.items()}
+    attributes.update(
+        {
+            names.ATTR_SERVER_ADDRESS: server[0],
+            names.ATTR_SERVER_PORT: server[1],
+            names.ATTR_CLIENT_ADDRESS: client[0],
+            names.ATTR_CLIENT_PORT: client[1],
+            names.ATTR_PROCESS_PID: str(origin.get("pid", "")),
+            names.ATTR_THREAD_ID: str(origin.get("tid", "")),
+            names.ATTR_PROCESS_NAME: str(origin.get("process_name", "")),
+            names.ATTR_OBSERVATION_POINT: px.observation_point,
+        }
+    )
+    failed = span.status != "ok"
+    if failed:
+        attributes[names.ATTR_ERROR_TYPE] = span.error_type or span.status
+    ids = (px.conn_id, span.protocol, str(px.start_rank), str(span.start_ns))
+    side = "server" if px.observation_point == SERVER else "client"
+    return {
+        "span_id": stable_id(span.protocol, *ids, length=8),
+        "trace_id": stable_id("trace", *ids, length=16),
+        "parent_span_id": None,
+        "node_id": str(origin.get("node_id", "")),
+        "pid": int(origin.get("pid", 0)),
+        "tid": int(origin.get("tid", 0)),
+        "process_name": str(origin.get("process_name", "")),
+        "container_id": origin.get("container_id"),
+        "service": str(origin.get("process_name", "")),
+        "kind": names.protocol_span_kind(span.protocol, side),
+        "name": span.name,
+        "start_ns": span.start_ns,
+        "end_ns": span.end_ns,
+        "status": "ERROR" if failed else "OK",
+        "attributes": attributes,
+        "source_event_ids": [],
+    }
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

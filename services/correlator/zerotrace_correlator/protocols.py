@@ -1,0 +1,44 @@
+"""Which parser reads a TCP connection that does not speak HTTP/1.x: every protocol the
+correlator understands besides HTTP, with the check of a connection's first bytes. Pure.
+
+Order matters only where two checks could both say yes; each module's `recognise` is written
+to refuse the others' first bytes (their tests hold the cases), so the order is by how common
+the protocol is beside an AI service. Where the server may speak first (MySQL's greeting, or
+its refusal), `sent_by_server` tells whether the recognised bytes were the server's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from zerotrace import names
+from zerotrace_correlator import dns, kafka_wire, mysql, mysql_wire, postgres, redis_resp
+from zerotrace_correlator.protocol_span import ProtocolParser
+
+
+@dataclass(frozen=True)
+class ProtocolEntry:
+    name: str
+    recognise: Callable[[bytes], bool]
+    make: Callable[[], ProtocolParser]
+    sent_by_server: Callable[[bytes], bool] = lambda first: False
+
+
+PROTOCOLS: tuple[ProtocolEntry, ...] = (
+    ProtocolEntry(names.PROTOCOL_REDIS, redis_resp.recognise, redis_resp.RedisParser),
+    ProtocolEntry(names.PROTOCOL_POSTGRESQL, postgres.recognise, postgres.PostgresParser),
+    ProtocolEntry(
+        names.PROTOCOL_MYSQL, mysql.recognise, mysql.MySqlParser, mysql_wire.sent_by_server
+    ),
+    ProtocolEntry(names.PROTOCOL_KAFKA, kafka_wire.recognise, kafka_wire.KafkaWireParser),
+    ProtocolEntry(names.PROTOCOL_DNS, dns.recognise, lambda: dns.DnsParser("tcp")),
+)
+
+
+def recognise(first_bytes: bytes) -> ProtocolEntry | None:
+    """The protocol whose first message `first_bytes` starts, if any."""
+    for entry in PROTOCOLS:
+        if entry.recognise(first_bytes):
+            return entry
+    return None
