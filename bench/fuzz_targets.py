@@ -23,11 +23,12 @@ random source of their own, so a run is the same for the same inputs.
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Callable
 
+from bench.fuzz_base import ENTRY_BYTES, MS, KiB, Target, check, pieces
 from bench.fuzz_corpus import CORPORA, avro_corpus
+from bench.fuzz_protocols import PROTOCOL_CORPORA, PROTOCOL_TARGETS
 from bench.fuzz_retained import retained_bytes
 from bench.fuzz_script import unscript
 from tests.unit.http_wire import close, sock
@@ -78,54 +79,8 @@ from zerotrace_correlator.openai_stream import (
 from zerotrace_correlator.socket_call import call_of_record, calls_of_batch
 from zerotrace_correlator.sse import SseDecoder
 
-MS = 1_000_000
-KiB = 1024
-# What one small container entry (a tuple of two or three ints, a list slot) costs in CPython,
-# rounded up: a bound per entry of a table whose entries a limit counts.
-ENTRY_BYTES = 200
 ENDPOINTS = (ENDPOINT_CHAT, ENDPOINT_COMPLETIONS, ENDPOINT_RESPONSES)
 _NOT_FILL = re.compile(rb"[^*]+")
-
-
-class ContractBroken(AssertionError):
-    """A parser returned normally but broke what its docstring promises."""
-
-
-def check(ok: bool, what: str) -> None:
-    if not ok:
-        raise ContractBroken(what)
-
-
-def pieces(data: bytes) -> list[bytes]:
-    """*data* cut into 1-4 pieces at places its own bytes choose: records split a stream
-    anywhere, and a parser must give the same framing whatever the cut."""
-    if len(data) < 2:
-        return [data]
-    count = 1 + data[-1] % 4
-    cuts = sorted({(data[0] * 131 + k * len(data)) // count % len(data) for k in range(count)})
-    bounds = [0, *[c for c in cuts if c], len(data)]
-    return [data[a:b] for a, b in itertools.pairwise(bounds) if b > a]
-
-
-class Target:
-    """One parser under fuzzing. `feed` raises on a crash; `rejected` counts the inputs the
-    parser refused the documented way (a counted skip, an error state, a poison error)."""
-
-    name = ""
-
-    def __init__(self) -> None:
-        self.rejected = 0
-
-    def feed(self, data: bytes) -> None:
-        raise NotImplementedError
-
-    def state(self) -> object | None:
-        """The long-lived instances whose retained bytes are measured; None: stateless."""
-        return None
-
-    def bound(self) -> int:
-        """The most bytes `state()` may retain, from the parser's documented limits."""
-        return 0
 
 
 class Http1Target(Target):
@@ -556,6 +511,7 @@ TARGETS: dict[str, Callable[[], Target]] = {
     "socket_decode": SocketDecodeTarget,
     "redaction": RedactionTarget,
     "avro": AvroTarget,
+    **PROTOCOL_TARGETS,
 }
 
 
@@ -563,4 +519,6 @@ def seed_corpus(name: str, target: Target) -> list[bytes]:
     """The seeds of *name*; the Avro target encodes its own (with its codec's schemas)."""
     if isinstance(target, AvroTarget):
         return list(target.corpus)
+    if name in PROTOCOL_CORPORA:
+        return PROTOCOL_CORPORA[name]()
     return CORPORA[name]()

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from bench.fuzz import FuzzResult, fuzz, main
+from bench.fuzz_base import Target
 from bench.fuzz_mutate import Mutator
 from bench.fuzz_script import script, unscript
-from bench.fuzz_targets import TARGETS, Target, seed_corpus
+from bench.fuzz_targets import TARGETS, seed_corpus
 from zerotrace_correlator.http1 import Http1Parser
 from zerotrace_correlator.openai_stream import parse_request_body
 
