@@ -1,5 +1,5 @@
 """Fuzz targets for the correlator's protocol parsers (protocol_span.py's contract: DNS, Redis,
-PostgreSQL, MySQL, the Kafka wire protocol), with their seed inputs. Registered in
+PostgreSQL, MySQL, the Kafka wire protocol, HTTP/2 and gRPC), with their seed inputs. Registered in
 bench.fuzz_targets.TARGETS beside the others.
 
 An input is more of one connection: its first byte is a control byte (bit 0: the client's side,
@@ -17,12 +17,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bench.fuzz_base import MS, KiB, Target, check, pieces
+from tests.unit import h2_wire
 from tests.unit import test_dns_wire as dns_w
+from tests.unit import test_http2 as h2_w
 from tests.unit import test_kafka_wire as kafka_w
 from tests.unit import test_mysql_wire as mysql_w
 from tests.unit import test_postgres as pg_w
 from zerotrace_correlator import (
     dns,
+    http2,
+    http2_frames,
+    http2_hpack,
     kafka_wire,
     kafka_wire_messages,
     mysql,
@@ -115,6 +120,15 @@ def _kafka_bound() -> int:
     return kafka_wire.MAX_PENDING * per_request + ids + 8 * KiB
 
 
+def _http2_bound() -> int:
+    # Per side: a frame's kept payload, a header block waiting for CONTINUATIONs, a dynamic
+    # table (entries of 32 RFC bytes take ~250 in CPython); the open streams, each with four
+    # kept values (MAX_VALUE_BYTES, 4 bytes a character at worst) and its counters.
+    side = http2_frames.MAX_HEADER_BLOCK_BYTES * 2 + 64 + 8 * http2_hpack.MAX_TABLE_BYTES
+    per_stream = 4 * 4 * http2_hpack.MAX_VALUE_BYTES + OBJECT
+    return 2 * side + http2.MAX_OPEN_STREAMS * per_stream
+
+
 def _side(side: int, *messages: bytes) -> list[bytes]:
     return [bytes((side,)) + m for m in messages]
 
@@ -190,12 +204,22 @@ def kafka_corpus() -> list[bytes]:
     return out
 
 
+def http2_corpus() -> list[bytes]:
+    grpc, plain = h2_w.Wire(), h2_w.Wire()
+    grpc.grpc_call(1, (12, 0), (30,), status=14)
+    h2_w.plain_requests(plain)
+    side = {REQUEST: CLIENT, RESPONSE: SERVER}
+    calls = [bytes((side[s],)) + data for w in (grpc, plain) for s, data in w.calls]
+    return calls + _side(CLIENT, h2_wire.client_wire(2)) + _side(SERVER, h2_wire.server_wire(2))
+
+
 PROTOCOL_TARGETS: dict[str, Callable[[], Target]] = {
     "dns": lambda: ProtocolTarget("dns", lambda: dns.DnsParser("tcp"), _dns_bound()),
     "redis": lambda: ProtocolTarget("redis", redis_resp.RedisParser, _redis_bound()),
     "postgres": lambda: ProtocolTarget("postgres", postgres.PostgresParser, _postgres_bound()),
     "mysql": lambda: ProtocolTarget("mysql", mysql.MySqlParser, _mysql_bound()),
     "kafka_wire": lambda: ProtocolTarget("kafka_wire", kafka_wire.KafkaWireParser, _kafka_bound()),
+    "http2": lambda: ProtocolTarget("http2", http2.Http2Parser, _http2_bound()),
 }
 PROTOCOL_CORPORA: dict[str, Callable[[], list[bytes]]] = {
     "dns": dns_corpus,
@@ -203,4 +227,5 @@ PROTOCOL_CORPORA: dict[str, Callable[[], list[bytes]]] = {
     "postgres": postgres_corpus,
     "mysql": mysql_corpus,
     "kafka_wire": kafka_corpus,
+    "http2": http2_corpus,
 }

@@ -121,6 +121,18 @@ ATTR_GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
 ATTR_GEN_AI_FINISH_REASONS = "gen_ai.response.finish_reasons"
 ATTR_GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 ATTR_GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+ATTR_GEN_AI_PROVIDER = "gen_ai.provider.name"
+# gen_ai.operation.name values (OpenTelemetry GenAI conventions) of the non-OpenAI APIs
+# (zerotrace_correlator/llm_apis.py); OpenAI-compatible spans keep their endpoint name.
+GEN_AI_OPERATION_CHAT = "chat"
+GEN_AI_OPERATION_TEXT_COMPLETION = "text_completion"
+GEN_AI_OPERATION_GENERATE_CONTENT = "generate_content"
+# gen_ai.provider.name values: the conventions' well-known ones where they name the API;
+# Ollama and TGI have none there, so they get their own lowercase names as the conventions ask.
+GEN_AI_PROVIDER_ANTHROPIC = "anthropic"
+GEN_AI_PROVIDER_GEMINI = "gcp.gemini"
+GEN_AI_PROVIDER_OLLAMA = "ollama"
+GEN_AI_PROVIDER_TGI = "huggingface.tgi"
 ATTR_OBSERVATION_POINT = "zerotrace.observation_point"  # client, server or network
 ATTR_SOURCE_EVENTS = "zerotrace.source_events"  # raw events in all; the id list is capped
 ATTR_ERROR_MESSAGE = "zerotrace.error"
@@ -183,3 +195,17 @@ DB_SYSTEM_MARIADB = "mariadb"  # the server's greeting names it
 ATTR_USER_NAME = "user.name"  # the login's user (OpenTelemetry dropped db.user for this)
 # No OpenTelemetry name for an ERR packet's SQLSTATE (db.response.status_code is the number).
 ATTR_MYSQL_SQLSTATE = "zerotrace.mysql.sqlstate"
+
+# HTTP/2 and gRPC attributes (zerotrace_correlator/http2.py); an HTTP/2 span takes HTTP's keys
+# above (method, url.path, status, network.protocol.version "2", server.address and port).
+PROTOCOL_HTTP2 = "http2"
+PROTOCOL_GRPC = "grpc"  # also OpenTelemetry's rpc.system value for gRPC
+ATTR_RPC_SYSTEM = "rpc.system"
+ATTR_RPC_SERVICE = "rpc.service"  # the full name: package.Service
+ATTR_RPC_METHOD = "rpc.method"
+ATTR_RPC_GRPC_STATUS_CODE = "rpc.grpc.status_code"
+# No OpenTelemetry name for these (it has one rpc.message event per message, not counts).
+ATTR_RPC_REQUEST_MESSAGES = "zerotrace.rpc.request.messages"
+ATTR_RPC_RESPONSE_MESSAGES = "zerotrace.rpc.response.messages"
+# A value an HTTP/2 field took from a dynamic table entry sent before zerotrace looked.
+UNKNOWN_VALUE = "?unknown"

@@ -11,10 +11,11 @@ from hpack.table import HeaderTable
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zerotrace_collector.hpack_codes import (
+from zerotrace.hpack_codes import (
     HUFFMAN_CODES,
     STAR_CODE,
     STATIC_NAMES,
+    STATIC_VALUES,
     huffman_decode,
 )
 
@@ -25,6 +26,7 @@ ENCODER = HuffmanEncoder(huffman_constants.REQUEST_CODES, huffman_constants.REQU
 
 def test_the_tables_are_rfc_7541s() -> None:
     assert tuple(name for name, _ in HeaderTable.STATIC_TABLE) == STATIC_NAMES
+    assert tuple(value for _, value in HeaderTable.STATIC_TABLE) == STATIC_VALUES
     assert (
         tuple(
             zip(

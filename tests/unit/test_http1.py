@@ -271,6 +271,7 @@ def test_switching_protocols_and_connect_leave_http() -> None:
         (b"*3\r\n$3\r\nSET\r\n", Verdict.OTHER),
         (b"PING\r\n", Verdict.OTHER),
         (b"get / HTTP/1.1", Verdict.OTHER),
+        (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", Verdict.OTHER),  # handed to http2.py
         (b":1000\r\n", Verdict.OTHER),  # a Redis integer reply
         # The rest of a message: joined mid-exchange (a replay from a held offset).
         (b"1a\r\ndata: {}\r\n", Verdict.BODY),

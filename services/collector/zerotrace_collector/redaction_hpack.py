@@ -33,7 +33,7 @@ from array import array
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from zerotrace_collector.hpack_codes import STAR_CODE, STATIC_NAMES, huffman_decode
+from zerotrace.hpack_codes import STAR_CODE, STATIC_NAMES, huffman_decode
 
 __all__ = ["MAX_TABLE_BYTES", "CallBytes", "Counts", "HeaderBlocks", "TextRedactor"]
 

@@ -34,14 +34,8 @@ from zerotrace_correlator.http1 import (
     Verdict,
     sniff,
 )
-from zerotrace_correlator.openai_stream import (
-    MAX_JSON_BODY_BYTES,
-    LlmOutcome,
-    LlmRequestInfo,
-    ResponseAnalyzer,
-    endpoint_for,
-    parse_request_body,
-)
+from zerotrace_correlator.llm_apis import LlmAnalyzer, LlmApi, api_for
+from zerotrace_correlator.openai_stream import MAX_JSON_BODY_BYTES, LlmOutcome, LlmRequestInfo
 from zerotrace_correlator.protocols import ProtocolEntry
 from zerotrace_correlator.socket_call import SocketCall
 
@@ -83,8 +77,9 @@ class Exchange:
     request: MessageHead
     origin: Mapping[str, Any]  # who and where: ORIGIN_FIELDS of the request's first record
     requests_sent_locally: bool  # the request travelled EGRESS: the local end is the client
-    endpoint: str | None  # OpenAI endpoint, when the request names one
+    endpoint: str | None  # LLM API endpoint (llm_apis.py), when the request names one
     request_end_ns: int
+    api: LlmApi | None = None  # the LLM API of `endpoint`
     request_body_bytes: int = 0
     request_complete: bool = False
     request_info: LlmRequestInfo | None = None
@@ -99,7 +94,7 @@ class Exchange:
     source_events: int = 0
     _last_call: SocketCall | None = field(default=None, repr=False)
     _body: bytearray = field(default_factory=bytearray, repr=False)
-    _analyzer: ResponseAnalyzer | None = field(default=None, repr=False)
+    _analyzer: LlmAnalyzer | None = field(default=None, repr=False)
 
     @property
     def start_ns(self) -> int:
@@ -299,6 +294,7 @@ class Conversation:
                 return
             origin = self._origin or ({} if call is None else _origin_of(call))
             self._origin = origin  # a request starting later in the same record
+            api = api_for(event.method, event.target)
             new = Exchange(
                 conn_id=self.conn_id,
                 index=self._next_index,
@@ -307,8 +303,9 @@ class Conversation:
                 request=event,
                 origin=origin,
                 requests_sent_locally=self._request_direction == "EGRESS",
-                endpoint=endpoint_for(event.method, event.target),
+                endpoint=None if api is None else api.endpoint,
                 request_end_ns=event.end_ns,
+                api=api,
             )
             self._next_index += 1
             self._responses.expect_response_to(event.method)
@@ -340,8 +337,8 @@ class Conversation:
             self._in_request = None
 
     def _read_request(self, ex: Exchange) -> None:
-        if ex.endpoint is not None and ex.request_info is None:
-            ex.request_info = parse_request_body(bytes(ex._body))
+        if ex.api is not None and ex.request_info is None:
+            ex.request_info = ex.api.parse_request(bytes(ex._body), ex.request.target)
             ex._body = bytearray()
 
     # -- responses ------------------------------------------------------------------------
@@ -360,9 +357,9 @@ class Conversation:
             answered = self._pending.popleft()
             answered.response = event
             answered.response_end_ns = event.end_ns
-            if answered.endpoint is not None and event.status != 101:
-                answered._analyzer = ResponseAnalyzer(
-                    answered.endpoint, event.status, event.header("content-type")
+            if answered.api is not None and event.status != 101:
+                answered._analyzer = answered.api.analyzer(
+                    answered.api.endpoint, event.status, event.header("content-type")
                 )
             self._in_response = answered
         if self._interim:

@@ -1,5 +1,5 @@
 """Finished HTTP exchanges as derived records: a derived.span for every exchange and a
-derived.llm for every OpenAI-compatible one. Pure.
+derived.llm for every LLM API one (llm_apis.py). Pure.
 
 Ids are deterministic (conn_id, the exchange's start and its rank among exchanges starting
 at the same nanosecond), so a replay of the same raw events yields the same ids, also when it
@@ -69,7 +69,10 @@ def http_span(ex: Exchange) -> dict[str, Any]:
         attributes.setdefault(names.ATTR_ERROR_TYPE, error.split(":", 1)[0])
         attributes[names.ATTR_ERROR_MESSAGE] = error
     if ex.endpoint is not None:
-        attributes[names.ATTR_GEN_AI_OPERATION] = ex.endpoint
+        api = ex.api
+        attributes[names.ATTR_GEN_AI_OPERATION] = ex.endpoint if api is None else api.operation
+        if api is not None and api.provider is not None:
+            attributes[names.ATTR_GEN_AI_PROVIDER] = api.provider
         model = ex.request_info.model if ex.request_info is not None else None
         if model:
             attributes[names.ATTR_GEN_AI_REQUEST_MODEL] = model
@@ -104,7 +107,7 @@ def http_span(ex: Exchange) -> dict[str, Any]:
 
 
 def llm_request(ex: Exchange) -> dict[str, Any] | None:
-    """The derived.llm record of an OpenAI-compatible exchange; None for any other."""
+    """The derived.llm record of an LLM API exchange; None for any other."""
     if ex.endpoint is None:
         return None
     info, llm, response = ex.request_info, ex.llm, ex.response

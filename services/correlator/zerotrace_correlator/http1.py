@@ -437,6 +437,8 @@ def sniff(payload: bytes) -> Verdict:
         return Verdict.UNKNOWN
     if payload[:5] == b"HTTP/"[: len(payload)]:
         return Verdict.RESPONSE
+    if payload.startswith(b"PRI * HTTP/2.0"):  # HTTP/2's client preface: http2.py reads it
+        return Verdict.OTHER
     if _SNIFF_REQUEST.match(payload):
         return Verdict.REQUEST
     # Content type (change_cipher_spec .. application_data), then version 3.x.

@@ -35,6 +35,7 @@ EXCHANGES_FAILED = "http.exchanges.failed"  # LLM exchanges complete but failed 
 # Limits (see the constants named in each comment)
 LIMIT_HEADER_BYTES = "http.limit.header_bytes"  # http1.MAX_HEADER_BYTES and line limits
 LIMIT_JSON_BODY_BYTES = "http.limit.json_body_bytes"  # openai_stream.MAX_JSON_BODY_BYTES
+# Also counts NDJSON lines (ndjson.MAX_LINE_BYTES) and Gemini array elements cut at their size.
 LIMIT_SSE_EVENT_BYTES = "http.limit.sse_event_bytes"  # sse.MAX_EVENT_BYTES
 LIMIT_ITL_SAMPLES = "http.limit.itl_samples"  # llm_metrics.MAX_ITL_SAMPLES
 LIMIT_STREAM_ERRORS = "http.limit.stream_errors"  # openai_stream.MAX_STREAM_ERRORS

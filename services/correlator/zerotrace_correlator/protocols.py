@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from zerotrace import names
-from zerotrace_correlator import dns, kafka_wire, mysql, mysql_wire, postgres, redis_resp
+from zerotrace_correlator import dns, http2, kafka_wire, mysql, mysql_wire, postgres, redis_resp
 from zerotrace_correlator.protocol_span import ProtocolParser
 
 
@@ -33,6 +33,8 @@ PROTOCOLS: tuple[ProtocolEntry, ...] = (
     ),
     ProtocolEntry(names.PROTOCOL_KAFKA, kafka_wire.recognise, kafka_wire.KafkaWireParser),
     ProtocolEntry(names.PROTOCOL_DNS, dns.recognise, lambda: dns.DnsParser("tcp")),
+    # Last: its check of a connection joined mid-way (frame headers) is the loosest.
+    ProtocolEntry(names.PROTOCOL_HTTP2, http2.recognise, http2.Http2Parser, http2.sent_by_server),
 )
 
 

@@ -1,5 +1,6 @@
 """HPACK's fixed tables (RFC 7541 appendices A and B) and a Huffman decoder that can stop and
-go on anywhere, for the HTTP/2 redactor (`redaction_h2`). Pure.
+go on anywhere, for the collector's HTTP/2 redactor (`redaction_h2`) and the correlator's
+HTTP/2 parser (`http2_hpack`); here because services do not import each other. Pure.
 
 Why a decoder of its own and not the `hpack` package: the redactor decodes a value in the
 pieces the calls cut it into and needs the bit where each character's code ends (to rewrite
@@ -16,11 +17,12 @@ __all__ = [
     "HUFFMAN_CODES",
     "STAR_CODE",
     "STATIC_NAMES",
+    "STATIC_VALUES",
     "huffman_decode",
 ]
 
-# RFC 7541 Appendix A: the names of static table entries 1-61 (the values are not needed:
-# nothing in the static table is a secret).
+# RFC 7541 Appendix A: the names of static table entries 1-61 (the redactor needs no values:
+# nothing in the static table is a secret; the parser does, from STATIC_VALUES).
 STATIC_NAMES: Final = (
     b":authority", b":method", b":method", b":path", b":path", b":scheme", b":scheme",
     b":status", b":status", b":status", b":status", b":status", b":status", b":status",
@@ -35,6 +37,12 @@ STATIC_NAMES: Final = (
     b"strict-transport-security", b"transfer-encoding", b"user-agent", b"vary", b"via",
     b"www-authenticate",
 )  # fmt: skip
+# RFC 7541 Appendix A: the values of static table entries 1-61 ("" where the RFC has none).
+STATIC_VALUES: Final = (
+    b"", b"GET", b"POST", b"/", b"/index.html", b"http", b"https", b"200", b"204", b"206",
+    b"304", b"400", b"404", b"500", b"", b"gzip, deflate",
+) + (b"",) * 45  # fmt: skip
+assert len(STATIC_VALUES) == len(STATIC_NAMES) == 61
 
 # RFC 7541 Appendix B, the code length of each symbol 0-256 (256 is EOS). The code is
 # canonical (codes given in order of length, then symbol), so the lengths alone define it.
