@@ -55,16 +55,18 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "replay",
         help="re-derive a period of raw events into a named replay, apart from live data",
-        description="Read the raw events of a period again (Kafka's raw topics by time, or the"
-        " embedded mode's local log with --local), derive spans, LLM requests and profiles with"
-        " today's steps, and write them under --into NAME: same ids and fields as live"
-        " processing made, never mixed with live data.",
+        description="Read the raw events of a period again (Kafka's raw topics by time, or the\n"
+        "embedded mode's local log with --local), derive spans, LLM requests and profiles with\n"
+        "today's steps, and write them under --into NAME: the same ids and fields as live\n"
+        "processing made, never mixed with live data. Progress, rate and ETA on stderr.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--from", dest="start", required=True, help="start: now, -15m, epoch s, ISO")
     p.add_argument("--to", dest="end", default="now", help="end, excluded (default: now)")
-    p.add_argument("--into", required=True, help="replay name: a-z, 0-9 and _ (suffix of names)")
+    p.add_argument(
+        "--into", required=True, metavar="NAME", help="replay name: a-z, 0-9, _ (names' suffix)"
+    )
     p.add_argument("--node", default="", help="only the raw events of this node id")
     p.add_argument("--service", default="", help="only the derived records of this service")
     p.add_argument(
