@@ -9,6 +9,7 @@ its span's id.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from zerotrace import names
@@ -30,16 +31,13 @@ def exchange_span_id(ex: Exchange) -> str:
     return stable_id("http", ex.conn_id, str(ex.start_rank), str(ex.start_ns), length=8)
 
 
-def http_span(ex: Exchange) -> dict[str, Any]:
-    origin = ex.origin
-    request, response, llm = ex.request, ex.response, ex.llm
-    path = request.target.split("?", 1)[0]
+def endpoint_attributes(origin: Mapping[str, Any], requests_sent_locally: bool) -> dict[str, str]:
+    """Who asked and who answered, and the observed process: every span of a connection,
+    HTTP's and other protocols' (proto_records.py), carries these."""
     local = (str(origin.get("local_addr", "")), str(origin.get("local_port", "")))
     remote = (str(origin.get("remote_addr", "")), str(origin.get("remote_port", "")))
-    client, server = (local, remote) if ex.requests_sent_locally else (remote, local)
-    attributes = {
-        names.ATTR_HTTP_METHOD: request.method,
-        names.ATTR_URL_PATH: path,
+    client, server = (local, remote) if requests_sent_locally else (remote, local)
+    return {
         names.ATTR_SERVER_ADDRESS: server[0],
         names.ATTR_SERVER_PORT: server[1],
         names.ATTR_CLIENT_ADDRESS: client[0],
@@ -47,6 +45,17 @@ def http_span(ex: Exchange) -> dict[str, Any]:
         names.ATTR_PROCESS_PID: str(origin.get("pid", "")),
         names.ATTR_THREAD_ID: str(origin.get("tid", "")),
         names.ATTR_PROCESS_NAME: str(origin.get("process_name", "")),
+    }
+
+
+def http_span(ex: Exchange) -> dict[str, Any]:
+    origin = ex.origin
+    request, response, llm = ex.request, ex.response, ex.llm
+    path = request.target.split("?", 1)[0]
+    attributes = {
+        names.ATTR_HTTP_METHOD: request.method,
+        names.ATTR_URL_PATH: path,
+        **endpoint_attributes(origin, ex.requests_sent_locally),
         names.ATTR_NETWORK_PROTOCOL_VERSION: request.version,
         names.ATTR_HTTP_REQUEST_BODY_SIZE: str(ex.request_body_bytes),
         names.ATTR_OBSERVATION_POINT: ex.observation_point,

@@ -7,28 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from zerotrace import names
+from zerotrace_correlator.exchange_records import endpoint_attributes
 from zerotrace_correlator.fileio_spans import stable_id
 from zerotrace_correlator.proto_conversation import SERVER, ProtoExchange
 
 
 def proto_span(px: ProtoExchange) -> dict[str, Any]:
     span, origin = px.span, px.origin
-    local = (str(origin.get("local_addr", "")), str(origin.get("local_port", "")))
-    remote = (str(origin.get("remote_addr", "")), str(origin.get("remote_port", "")))
-    client, server = (local, remote) if px.requests_sent_locally else (remote, local)
     attributes = {key: _text(value) for key, value in span.attributes.items()}
-    attributes.update(
-        {
-            names.ATTR_SERVER_ADDRESS: server[0],
-            names.ATTR_SERVER_PORT: server[1],
-            names.ATTR_CLIENT_ADDRESS: client[0],
-            names.ATTR_CLIENT_PORT: client[1],
-            names.ATTR_PROCESS_PID: str(origin.get("pid", "")),
-            names.ATTR_THREAD_ID: str(origin.get("tid", "")),
-            names.ATTR_PROCESS_NAME: str(origin.get("process_name", "")),
-            names.ATTR_OBSERVATION_POINT: px.observation_point,
-        }
-    )
+    attributes.update(endpoint_attributes(origin, px.requests_sent_locally))
+    attributes[names.ATTR_OBSERVATION_POINT] = px.observation_point
     failed = span.status != "ok"
     if failed:
         attributes[names.ATTR_ERROR_TYPE] = span.error_type or span.status
