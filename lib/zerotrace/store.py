@@ -33,6 +33,8 @@ class Query:
     """A conjunction of filters on searchable fields.
 
     equals: field == value. ranges: from <= field < to, either end may be None.
+    prefixes: a keyword or text field's exact value starts with this (non-empty) text, as a
+    protocol's span kinds start with "redis." (case-sensitive).
     Sorting is by `sort` (default: the index's time field), then by document id, so
     that results are in a stable order in every store.
     """
@@ -41,6 +43,7 @@ class Query:
     ranges: Mapping[str, tuple[int | float | None, int | float | None]] = field(
         default_factory=dict
     )
+    prefixes: Mapping[str, str] = field(default_factory=dict)
     sort: str | None = None
     descending: bool = False
     limit: int = 100

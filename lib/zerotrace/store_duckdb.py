@@ -60,6 +60,9 @@ def _where(query: Query) -> tuple[str, list[Any]]:
         if high is not None:
             clauses.append(f"{_quote(name)} < ?")
             params.append(high)
+    for name, prefix in query.prefixes.items():
+        clauses.append(f"starts_with({_quote(name)}, ?)")
+        params.append(prefix)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 

@@ -88,6 +88,8 @@ def query_filter(spec: IndexSpec, query: Query) -> dict[str, Any]:
         bounds = {op: end for op, end in (("gte", low), ("lt", high)) if end is not None}
         if bounds:
             filters.append({"range": {name: bounds}})
+    for name, prefix in query.prefixes.items():
+        filters.append({"prefix": {_exact(spec, name): {"value": prefix}}})
     return {"bool": {"filter": filters}}
 
 

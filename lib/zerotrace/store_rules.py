@@ -99,6 +99,11 @@ def check_query(spec: IndexSpec, query: Query) -> str:
         for end in query.ranges[name]:
             if end is not None and not value_fits("double", end):
                 raise ConfigError(f"{where}: range end {end!r} on {name!r} is not a number.")
+    for name, prefix in query.prefixes.items():
+        if spec.fields.get(name) not in ("keyword", "text"):
+            raise ConfigError(f"{where}: prefix on {name!r} needs a keyword or text spec field.")
+        if not isinstance(prefix, str) or not prefix:
+            raise ConfigError(f"{where}: prefix {prefix!r} on {name!r} is not a non-empty text.")
     sort = query.sort or spec.time_field
     if sort not in spec.fields:
         raise ConfigError(f"{where}: sort field {sort!r} is not a field of the index spec.")

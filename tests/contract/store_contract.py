@@ -232,6 +232,33 @@ class StoreContract:
         assert ids(store.search(loaded.name, Query(ranges=ranges))) == expected
         assert store.count(loaded.name, Query(ranges=ranges)) == len(expected)
 
+    @pytest.mark.parametrize(
+        ("prefixes", "expected"),
+        [
+            ({"service": "a"}, ["a", "c", "d"]),
+            ({"service": "api"}, ["a", "c", "d"]),  # the whole value is a prefix of itself
+            ({"service": "apix"}, []),
+            ({"service": "A"}, []),  # case-sensitive
+            ({"name": "GET /"}, ["a", "c", "d"]),  # text fields: on the exact value
+            ({"name": "GET /a"}, ["a", "d"]),
+            ({"gen_ai.request.model": "m"}, ["a", "c", "e"]),  # missing values never match
+            ({"service": "%"}, []),  # no wildcards
+            ({"service": "a", "name": "GET /c"}, ["c"]),
+        ],
+    )
+    def test_prefixes(
+        self, store: Store, loaded: IndexSpec, prefixes: dict[str, str], expected: list[str]
+    ) -> None:
+        assert ids(store.search(loaded.name, Query(prefixes=prefixes))) == expected
+        assert store.count(loaded.name, Query(prefixes=prefixes)) == len(expected)
+
+    def test_prefix_equals_and_range_together(self, store: Store, loaded: IndexSpec) -> None:
+        query = Query(
+            equals={"error": True}, prefixes={"service": "ap"}, ranges={"start_ns": (15, None)}
+        )
+        assert ids(store.search(loaded.name, query)) == ["c"]
+        assert store.count(loaded.name, query) == 1
+
     def test_equals_and_range_together(self, store: Store, loaded: IndexSpec) -> None:
         query = Query(equals={"service": "api"}, ranges={"start_ns": (15, None)})
         assert ids(store.search(loaded.name, query)) == ["c", "d"]
@@ -296,6 +323,11 @@ class StoreContract:
             Query(ranges={"nope": (1, 2)}),
             Query(ranges={"service": (1, 2)}),
             Query(ranges={"start_ns": ("1", None)}),  # type: ignore[dict-item]
+            Query(prefixes={"nope": "a"}),
+            Query(prefixes={"start_ns": "1"}),
+            Query(prefixes={"error": "t"}),
+            Query(prefixes={"service": ""}),
+            Query(prefixes={"service": 1}),  # type: ignore[dict-item]
             Query(sort="nope"),
             Query(limit=-1),
             Query(limit=10_001),

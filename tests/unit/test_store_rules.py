@@ -239,6 +239,7 @@ def test_a_query_within_the_rules_passes() -> None:
     query = Query(
         equals={"span_id": "s1", "ok": False, "start_ns": 5, "duration_ms": 2},
         ranges={"start_ns": (0, None), "duration_ms": (None, 1.5)},
+        prefixes={"span_id": "s", "name": "GET "},
         limit=MAX_LIMIT,
     )
     assert check_query(SPEC, query) == "start_ns"
@@ -259,6 +260,8 @@ def test_a_query_within_the_rules_passes() -> None:
             Query(ranges={"duration_ms": ("1", None)}),  # type: ignore[dict-item]
             "range end '1' on 'duration_ms' is not a number",
         ),
+        (Query(prefixes={"start_ns": "1"}), "prefix on 'start_ns' needs a keyword or text"),
+        (Query(prefixes={"span_id": ""}), "prefix '' on 'span_id' is not a non-empty text"),
         (Query(sort="nope"), "sort field 'nope' is not a field"),
         (Query(limit=-1), "limit -1 is outside 0..10000"),
         (Query(limit=MAX_LIMIT + 1), f"limit {MAX_LIMIT + 1} is outside"),

@@ -29,6 +29,8 @@ def url() -> Iterator[str]:
         ("/", "text/html", '<script src="/static/app.js">'),
         ("/static/app.js", "text/javascript", "/api/v1/llm/percentiles"),
         ("/static/style.css", "text/css", ".chart"),
+        ("/spans", "text/html", '<script src="/static/spans.js">'),
+        ("/static/spans.js", "text/javascript", "/api/v1/spans/histogram"),
     ],
 )
 def test_the_page_is_served(url: str, path: str, kind: str, text: str) -> None:

@@ -1,7 +1,7 @@
-"""gRPC API (schemas/zerotrace_api.proto): the same span search and LLM queries as the HTTP
-API; each method builds a filter, calls the pure function and maps its dict to messages. With a
-token (zerotrace_query.api_auth) an interceptor refuses, UNAUTHENTICATED, every call whose
-`authorization` metadata is not `Bearer <token>`."""
+"""gRPC API (schemas/zerotrace_api.proto): the same span search, span latency histograms and
+LLM queries as the HTTP API; each method builds a filter, calls the pure function and maps its
+dict to messages. With a token (zerotrace_query.api_auth) an interceptor refuses,
+UNAUTHENTICATED, every call whose `authorization` metadata is not `Bearer <token>`."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from zerotrace_query.llm_search import (
     llm_percentiles,
 )
 from zerotrace_query.llm_stats import NS_PER_S
-from zerotrace_query.span_search import SpanFilter, search_spans
+from zerotrace_query.span_search import SpanFilter, span_histograms, span_page
 
 # LlmRequest message fields, copied from the document when present (None stays unset).
 _LLM_FIELDS = tuple(pb.LlmRequest.DESCRIPTOR.fields_by_name)
@@ -120,6 +120,32 @@ def concurrency_message(body: dict[str, Any]) -> Any:
     )
 
 
+def span_filter(request: Any) -> SpanFilter:
+    """The SpanFilter of a ListSpansRequest, checked (ValueError names the bad field)."""
+    return SpanFilter(
+        kind=request.kind,
+        service=request.service,
+        pid=request.pid,
+        start_ns_from=request.start_ns_from,
+        start_ns_to=request.start_ns_to,
+        limit=request.limit or 100,
+        protocol=request.protocol,
+        status=request.status,
+        min_duration_ns=request.min_duration_ns,
+        max_duration_ns=request.max_duration_ns,
+    ).check()
+
+
+def histograms_message(body: dict[str, Any]) -> Any:
+    return pb.SpanHistogramsResponse(
+        edges_ns=body["edges_ns"],
+        protocols=[
+            pb.ProtocolLatency(**{k: v for k, v in p.items() if v is not None})
+            for p in body["protocols"]
+        ],
+    )
+
+
 def llm_filter(request: Any, stats: bool) -> LlmFilter:
     """The LlmFilter of a request message, checked (ValueError names the bad field)."""
     if not 0 <= request.bucket_s <= 86400 * 366:  # NaN fails too
@@ -140,15 +166,24 @@ class QueryServicer(pb_grpc.QueryServicer):  # type: ignore[misc]  # generated b
         self._store = store
 
     def ListSpans(self, request: Any, context: Any) -> Any:
-        flt = SpanFilter(
-            kind=request.kind,
-            service=request.service,
-            pid=request.pid,
-            start_ns_from=request.start_ns_from,
-            start_ns_to=request.start_ns_to,
-            limit=request.limit or 100,
+        body = self._spans(span_page, request, context)
+        return pb.ListSpansResponse(
+            spans=[span_message(d) for d in body["spans"]], total=body["total"]
         )
-        return pb.ListSpansResponse(spans=[span_message(d) for d in search_spans(self._store, flt)])
+
+    def SpanHistograms(self, request: Any, context: Any) -> Any:
+        return histograms_message(self._spans(span_histograms, request, context))
+
+    def _spans(self, answer: Any, request: Any, context: Any) -> dict[str, Any]:
+        try:
+            result: dict[str, Any] = answer(self._store, span_filter(request))
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise  # abort raises; this line only tells readers and type checkers so
+        except ZerotraceError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            raise
+        return result
 
     def ListLlmRequests(self, request: Any, context: Any) -> Any:
         body = self._answer(list_llm_requests, request, context, stats=False)
@@ -233,6 +268,16 @@ class GrpcApi:
 def list_spans(address: str, token: str = "", **filters: Any) -> list[Any]:
     """Client helper for the CLI and tests; token: the bearer token to send ("" = none)."""
     return list(_call(address, "ListSpans", pb.ListSpansRequest(**filters), token).spans)
+
+
+def list_spans_rpc(address: str, token: str = "", **filters: Any) -> Any:
+    """Client helpers for tests: the ListSpansResponse (spans and total), the
+    SpanHistogramsResponse."""
+    return _call(address, "ListSpans", pb.ListSpansRequest(**filters), token)
+
+
+def span_histograms_rpc(address: str, token: str = "", **filters: Any) -> Any:
+    return _call(address, "SpanHistograms", pb.ListSpansRequest(**filters), token)
 
 
 def _call(address: str, method: str, request: Any, token: str = "") -> Any:

@@ -1,8 +1,8 @@
-"""HTTP API: GET /api/v1/spans, /api/v1/llm/{requests,percentiles,concurrency} (JSON),
-/api/v1/profiles/{flamegraph,diff,catalog} (JSON, folded text, pprof, speedscope), the web
-pages (GET /, /flamegraph, /static/...), GET /healthz. Standard library server, one thread per
-request; the store does its own locking. Handlers only parse, call a pure function, and write
-the answer. With a token (zerotrace_query.api_auth) every request but /healthz needs it: a
+"""HTTP API: GET /api/v1/spans{,/histogram}, /api/v1/llm/{requests,percentiles,concurrency}
+(JSON), /api/v1/profiles/{flamegraph,diff,catalog} (JSON, folded text, pprof, speedscope), the
+web pages (GET /, /spans, /flamegraph, /static/...), GET /healthz. Standard library server, one
+thread per request; the store does its own locking. Handlers only parse, call a pure function,
+and write the answer. With a token (zerotrace_query.api_auth) every request but /healthz needs it: a
 missing or wrong one gets 401 and one line of JSON; the pages also take it once in their
 address and hand the browser a session cookie."""
 
@@ -39,13 +39,15 @@ from zerotrace_query.profile_search import (
     merged_profile,
     profile_catalog,
 )
-from zerotrace_query.span_search import SpanFilter, search_spans
+from zerotrace_query.span_search import SpanFilter, span_histograms, span_page
 
 log = logging.getLogger(__name__)
 
 
 def parse_span_filter(query_string: str) -> SpanFilter:
-    """?kind=&service=&pid=&from=&to=&limit= -> SpanFilter; ValueError names the bad field."""
+    """?kind=&protocol=&service=&pid=&status=OK|ERROR&min_duration_ns=&max_duration_ns=
+    &from=&to=&limit= -> SpanFilter (checked); ValueError names the bad field. from/to: ns
+    since the epoch, [from, to); durations: ns, [min, max)."""
     params = {k: v[-1] for k, v in parse_qs(query_string).items()}
 
     def integer(name: str) -> int:
@@ -61,7 +63,11 @@ def parse_span_filter(query_string: str) -> SpanFilter:
         start_ns_from=integer("from"),
         start_ns_to=integer("to"),
         limit=integer("limit") or 100,
-    )
+        protocol=params.get("protocol", ""),
+        status=params.get("status", ""),
+        min_duration_ns=integer("min_duration_ns"),
+        max_duration_ns=integer("max_duration_ns"),
+    ).check()
 
 
 LLM_LIST_PARAMS = frozenset({"model", "service", "status", "from", "to", "limit"})
@@ -193,6 +199,8 @@ WEB_FILES = {
     "/flamegraph": ("flamegraph.html", "text/html; charset=utf-8"),
     "/static/flamegraph.js": ("flamegraph.js", "text/javascript; charset=utf-8"),
     "/static/flamegraph.css": ("flamegraph.css", "text/css; charset=utf-8"),
+    "/spans": ("spans.html", "text/html; charset=utf-8"),
+    "/static/spans.js": ("spans.js", "text/javascript; charset=utf-8"),
 }
 # The pages a person opens (the others are what they load): they take ?token= once.
 PAGES = frozenset(path for path, (_, kind) in WEB_FILES.items() if kind.startswith("text/html"))
@@ -200,6 +208,10 @@ PROFILE_ROUTES = {
     "/api/v1/profiles/flamegraph": "flamegraph",
     "/api/v1/profiles/diff": "diff",
     "/api/v1/profiles/catalog": "catalog",
+}
+SPAN_ROUTES: dict[str, Callable[[Store, SpanFilter], dict[str, Any]]] = {
+    "/api/v1/spans": span_page,
+    "/api/v1/spans/histogram": span_histograms,
 }
 LLM_ROUTES: dict[str, tuple[bool, Callable[[Store, LlmFilter], dict[str, Any]]]] = {
     "/api/v1/llm/requests": (False, list_llm_requests),
@@ -216,18 +228,18 @@ def make_handler(store: Store, token: str = "") -> type[BaseHTTPRequestHandler]:
                 return
             if url.path == "/healthz":
                 self._send(200, {"status": "ok"})
-            elif url.path == "/api/v1/spans":
+            elif url.path in SPAN_ROUTES:
                 try:
                     flt = parse_span_filter(url.query)
                 except ValueError as exc:
                     self._send(400, {"error": str(exc)})
                     return
                 try:
-                    spans = search_spans(store, flt)
+                    body = SPAN_ROUTES[url.path](store, flt)
                 except ZerotraceError as exc:
                     self._send(503, {"error": str(exc)})
                     return
-                self._send(200, {"spans": spans, "count": len(spans)})
+                self._send(200, body)
             elif url.path in LLM_ROUTES:
                 stats, answer = LLM_ROUTES[url.path]
                 try:
@@ -258,7 +270,7 @@ def make_handler(store: Store, token: str = "") -> type[BaseHTTPRequestHandler]:
                 name, content_type = WEB_FILES[url.path]
                 self._send_bytes(200, (WEB_DIR / name).read_bytes(), content_type)
             else:
-                known = ", ".join(["/", "/api/v1/spans", *LLM_ROUTES, *PROFILE_ROUTES])
+                known = ", ".join(["/", *SPAN_ROUTES, *LLM_ROUTES, *PROFILE_ROUTES])
                 self._send(404, {"error": f"no such path {url.path}; try one of {known}"})
 
         def _authorized(self, path: str, query: str) -> bool:

@@ -7,20 +7,28 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ListSpansRequest(_message.Message):
-    __slots__ = ("kind", "service", "pid", "start_ns_from", "start_ns_to", "limit")
+    __slots__ = ("kind", "service", "pid", "start_ns_from", "start_ns_to", "limit", "protocol", "status", "min_duration_ns", "max_duration_ns")
     KIND_FIELD_NUMBER: _ClassVar[int]
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     START_NS_FROM_FIELD_NUMBER: _ClassVar[int]
     START_NS_TO_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MIN_DURATION_NS_FIELD_NUMBER: _ClassVar[int]
+    MAX_DURATION_NS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     service: str
     pid: int
     start_ns_from: int
     start_ns_to: int
     limit: int
-    def __init__(self, kind: _Optional[str] = ..., service: _Optional[str] = ..., pid: _Optional[int] = ..., start_ns_from: _Optional[int] = ..., start_ns_to: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+    protocol: str
+    status: str
+    min_duration_ns: int
+    max_duration_ns: int
+    def __init__(self, kind: _Optional[str] = ..., service: _Optional[str] = ..., pid: _Optional[int] = ..., start_ns_from: _Optional[int] = ..., start_ns_to: _Optional[int] = ..., limit: _Optional[int] = ..., protocol: _Optional[str] = ..., status: _Optional[str] = ..., min_duration_ns: _Optional[int] = ..., max_duration_ns: _Optional[int] = ...) -> None: ...
 
 class Span(_message.Message):
     __slots__ = ("span_id", "trace_id", "node_id", "pid", "tid", "process_name", "service", "kind", "name", "start_ns", "end_ns", "status", "attributes")
@@ -60,10 +68,38 @@ class Span(_message.Message):
     def __init__(self, span_id: _Optional[str] = ..., trace_id: _Optional[str] = ..., node_id: _Optional[str] = ..., pid: _Optional[int] = ..., tid: _Optional[int] = ..., process_name: _Optional[str] = ..., service: _Optional[str] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., status: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListSpansResponse(_message.Message):
-    __slots__ = ("spans",)
+    __slots__ = ("spans", "total")
     SPANS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     spans: _containers.RepeatedCompositeFieldContainer[Span]
-    def __init__(self, spans: _Optional[_Iterable[_Union[Span, _Mapping]]] = ...) -> None: ...
+    total: int
+    def __init__(self, spans: _Optional[_Iterable[_Union[Span, _Mapping]]] = ..., total: _Optional[int] = ...) -> None: ...
+
+class ProtocolLatency(_message.Message):
+    __slots__ = ("protocol", "count", "errors", "buckets", "p50_ns", "p90_ns", "p99_ns")
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    P50_NS_FIELD_NUMBER: _ClassVar[int]
+    P90_NS_FIELD_NUMBER: _ClassVar[int]
+    P99_NS_FIELD_NUMBER: _ClassVar[int]
+    protocol: str
+    count: int
+    errors: int
+    buckets: _containers.RepeatedScalarFieldContainer[int]
+    p50_ns: int
+    p90_ns: int
+    p99_ns: int
+    def __init__(self, protocol: _Optional[str] = ..., count: _Optional[int] = ..., errors: _Optional[int] = ..., buckets: _Optional[_Iterable[int]] = ..., p50_ns: _Optional[int] = ..., p90_ns: _Optional[int] = ..., p99_ns: _Optional[int] = ...) -> None: ...
+
+class SpanHistogramsResponse(_message.Message):
+    __slots__ = ("edges_ns", "protocols")
+    EDGES_NS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOLS_FIELD_NUMBER: _ClassVar[int]
+    edges_ns: _containers.RepeatedScalarFieldContainer[int]
+    protocols: _containers.RepeatedCompositeFieldContainer[ProtocolLatency]
+    def __init__(self, edges_ns: _Optional[_Iterable[int]] = ..., protocols: _Optional[_Iterable[_Union[ProtocolLatency, _Mapping]]] = ...) -> None: ...
 
 class LlmFilter(_message.Message):
     __slots__ = ("model", "service", "status", "start_ns_from", "start_ns_to", "limit", "bucket_s")

@@ -39,6 +39,11 @@ class QueryStub:
                 request_serializer=zerotrace__api__pb2.ListSpansRequest.SerializeToString,
                 response_deserializer=zerotrace__api__pb2.ListSpansResponse.FromString,
                 _registered_method=True)
+        self.SpanHistograms = channel.unary_unary(
+                '/zerotrace.v1.Query/SpanHistograms',
+                request_serializer=zerotrace__api__pb2.ListSpansRequest.SerializeToString,
+                response_deserializer=zerotrace__api__pb2.SpanHistogramsResponse.FromString,
+                _registered_method=True)
         self.ListLlmRequests = channel.unary_unary(
                 '/zerotrace.v1.Query/ListLlmRequests',
                 request_serializer=zerotrace__api__pb2.LlmFilter.SerializeToString,
@@ -61,6 +66,14 @@ class QueryServicer:
 
     def ListSpans(self, request, context):
         """Spans, newest first, filtered by the fields that are set.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SpanHistograms(self, request, context):
+        """Latency histogram (fixed log buckets) and percentiles per protocol of the spans the
+        filter matches (its limit is not used); GET /api/v1/spans/histogram.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -96,6 +109,11 @@ def add_QueryServicer_to_server(servicer, server):
                     servicer.ListSpans,
                     request_deserializer=zerotrace__api__pb2.ListSpansRequest.FromString,
                     response_serializer=zerotrace__api__pb2.ListSpansResponse.SerializeToString,
+            ),
+            'SpanHistograms': grpc.unary_unary_rpc_method_handler(
+                    servicer.SpanHistograms,
+                    request_deserializer=zerotrace__api__pb2.ListSpansRequest.FromString,
+                    response_serializer=zerotrace__api__pb2.SpanHistogramsResponse.SerializeToString,
             ),
             'ListLlmRequests': grpc.unary_unary_rpc_method_handler(
                     servicer.ListLlmRequests,
@@ -140,6 +158,33 @@ class Query:
             '/zerotrace.v1.Query/ListSpans',
             zerotrace__api__pb2.ListSpansRequest.SerializeToString,
             zerotrace__api__pb2.ListSpansResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SpanHistograms(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/zerotrace.v1.Query/SpanHistograms',
+            zerotrace__api__pb2.ListSpansRequest.SerializeToString,
+            zerotrace__api__pb2.SpanHistogramsResponse.FromString,
             options,
             channel_credentials,
             insecure,
