@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -44,10 +46,23 @@ def register(sub: Any) -> None:
     )
     p.set_defaults(handler=query)
 
-    p = sub.add_parser("spans", help="list spans from a running query service")
+    p = sub.add_parser(
+        "spans",
+        help="list spans from a running query service",
+        description="Spans, newest first, one line each: start time, duration, status, kind, "
+        "process and name. Filters combine; they run in the store, so --limit counts matches. "
+        "Example: zerotrace spans --protocol postgresql --status error --min-ms 50",
+    )
     p.add_argument("--http", default="", help="HTTP base URL, e.g. http://127.0.0.1:8080")
     p.add_argument("--grpc", default="", help="gRPC address, e.g. 127.0.0.1:50051")
     p.add_argument("--kind", default="", help="only spans of this kind, e.g. file.open")
+    p.add_argument(
+        "--protocol", default="", help="only this protocol's spans: redis, postgresql, grpc, ..."
+    )
+    p.add_argument("--service", default="", help="only spans of this service")
+    p.add_argument("--status", default="", help="only spans with this status: ok, error, unset")
+    p.add_argument("--min-ms", type=float, default=0, help="only spans lasting at least this")
+    p.add_argument("--max-ms", type=float, default=0, help="only spans shorter than this")
     p.add_argument("--pid", type=int, default=0, help="only spans of this process")
     p.add_argument("--limit", type=int, default=20, help="at most this many (newest first)")
     p.set_defaults(handler=spans)
@@ -178,17 +193,18 @@ def spans(args: argparse.Namespace) -> int:
         from zerotrace_query.grpc_api import list_spans
 
         try:
-            found = list_spans(args.grpc, token, kind=args.kind, pid=args.pid, limit=args.limit)
+            found = list_spans(args.grpc, token, **_span_filters(args))
         except grpc.RpcError as exc:
             why = f"query service at {args.grpc}: {exc.details()}"
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 raise TransientIO(f"no {why}") from None
             raise ConfigError(f"the {why}") from None
         for span in found:
-            print(f"{span.start_ns} {span.process_name}[{span.pid}] {span.name} {span.status}")
+            print(_span_line(span.start_ns, span.end_ns, span.status, span.kind, span.process_name,
+                             span.pid, span.name))  # fmt: skip
         return 0
     base = args.http or "http://127.0.0.1:8080"
-    url = f"{base}/api/v1/spans?kind={args.kind}&pid={args.pid}&limit={args.limit}"
+    url = f"{base}/api/v1/spans?{urllib.parse.urlencode(_span_filters(args))}"
     request = urllib.request.Request(url, headers=client_headers(token))
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
@@ -199,11 +215,31 @@ def spans(args: argparse.Namespace) -> int:
     except (urllib.error.URLError, OSError) as exc:
         raise TransientIO(f"no query service at {base} ({getattr(exc, 'reason', exc)})") from None
     for span in body["spans"]:
-        print(
-            f"{span['start_ns']} {span['process_name']}[{span['pid']}] {span['name']} "
-            f"{span['status']}"
-        )
+        print(_span_line(span["start_ns"], span["end_ns"], span["status"], span["kind"],
+                         span["process_name"], span["pid"], span["name"]))  # fmt: skip
     return 0
+
+
+def _span_filters(args: argparse.Namespace) -> dict[str, Any]:
+    """The `spans` command's filters as the APIs name them (durations in ns)."""
+    return {
+        "kind": args.kind,
+        "protocol": args.protocol,
+        "service": args.service,
+        "status": args.status.upper(),
+        "min_duration_ns": round(args.min_ms * 1e6),
+        "max_duration_ns": round(args.max_ms * 1e6),
+        "pid": args.pid,
+        "limit": args.limit,
+    }
+
+
+def _span_line(
+    start_ns: Any, end_ns: Any, status: Any, kind: Any, process: Any, pid: Any, name: Any
+) -> str:
+    at = time.strftime("%H:%M:%S", time.localtime(int(start_ns) / 1e9))
+    took_ms = (int(end_ns) - int(start_ns)) / 1e6
+    return f"{at} {took_ms:9.3f} ms {status or '-':5} {kind:18} {process}[{pid}] {name}"
 
 
 def _reason(exc: urllib.error.HTTPError) -> str:

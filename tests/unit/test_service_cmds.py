@@ -6,11 +6,13 @@ and a worker whose Kafka is away stops with one line."""
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.unit.test_correlator_pipeline import raw_open
+from tests.unit.test_span_search import fill_spans, matching, protocol_spans, span_codec
 from zerotrace import names
 from zerotrace.store_duckdb import DuckDBStore
 from zerotrace_cli import main
@@ -18,6 +20,10 @@ from zerotrace_correlator.fileio_spans import file_open_span
 from zerotrace_query.documents import SPANS, document_for
 from zerotrace_query.grpc_api import GrpcApi
 from zerotrace_query.http_api import HttpApi
+from zerotrace_query.span_search import SpanFilter
+
+END_NS = 1_700_000_900 * 1_000_000_000
+MS = 1_000_000
 
 pytestmark = pytest.mark.unit
 
@@ -76,7 +82,11 @@ def store() -> Iterator[DuckDBStore]:
     store.close()
 
 
-EXPECTED_PID_41 = ["1003 python3[41] open /f3 OK", "1001 python3[41] open /f1 OK"]
+AT = time.strftime("%H:%M:%S", time.localtime(0))  # the spans start 1 µs after the epoch
+EXPECTED_PID_41 = [
+    f"{AT}     0.000 ms OK    file.open          python3[41] open /f3",
+    f"{AT}     0.000 ms OK    file.open          python3[41] open /f1",
+]
 
 
 def test_spans_over_http(store: DuckDBStore, capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,6 +105,33 @@ def test_spans_over_grpc(store: DuckDBStore, capsys: pytest.CaptureFixture[str])
     finally:
         grpc.stop()
     assert capsys.readouterr().out.splitlines() == EXPECTED_PID_41[:1]
+
+
+def test_spans_filtered_by_protocol_status_and_duration(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    spans = protocol_spans(END_NS, 120, seed=4)
+    store = DuckDBStore()
+    fill_spans(store, span_codec(), spans)
+    http, rpc = HttpApi(store, port=0).start(), GrpcApi(store, port=0).start()
+    flt = SpanFilter(protocol=names.PROTOCOL_REDIS, status="OK", min_duration_ns=MS, limit=500)
+    want = matching(spans, flt)
+    assert want, "the seed must give some matches"
+    args = ["spans", "--protocol", "redis", "--status", "ok", "--min-ms", "1", "--limit", "500"]
+    try:
+        assert main([*args, "--http", http.url]) == 0
+        over_http = capsys.readouterr().out.splitlines()
+        assert main([*args, "--grpc", rpc.address]) == 0
+        over_grpc = capsys.readouterr().out.splitlines()
+    finally:
+        http.stop()
+        rpc.stop()
+        store.close()
+    assert over_http == over_grpc
+    assert len(over_http) == len(want)
+    for line in over_http:
+        took_ms, status, kind = float(line.split()[1]), line.split()[3], line.split()[4]
+        assert took_ms >= 1 and status == "OK" and kind.startswith("redis.")
 
 
 def test_a_worker_without_kafka_stops_with_one_line(
