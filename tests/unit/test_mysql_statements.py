@@ -52,6 +52,21 @@ def test_an_error_message_loses_its_quoted_values_not_its_apostrophes() -> None:
     assert mask_message("Table 'shop.x' doesn't exist") == "Table ? doesn't exist"
 
 
+def test_a_syntax_error_quotes_sql_whose_literals_are_masked_as_sql() -> None:
+    # MariaDB 10.11, seen here: the statement's rest is quoted as sent, its quotes unescaped.
+    message = (
+        "You have an error in your SQL syntax; check the manual that corresponds to your "
+        "MariaDB server version for the right syntax to use near 'SELEC 'secret-typo'' at line 1"
+    )
+    masked = mask_message(message)
+    assert masked.endswith("to use near 'SELEC ?' at line 1")
+    assert "secret" not in masked
+    cut = "... to use near 'WHERE a = 'it''s 2' AND b = \"x\"' at line 3"
+    assert mask_message(cut) == "... to use near 'WHERE a = ? AND b = ?' at line 3"
+    # Cut at 80 characters inside a literal: the rest of it is masked.
+    assert mask_message("near 'x = 'ann@exa' at line 1") == "near 'x = ?' at line 1"
+
+
 def test_statements_are_remembered_until_closed_or_cleared() -> None:
     counted: list[tuple[str, int]] = []
     statements = Statements(lambda name, n: counted.append((name, n)))

@@ -256,6 +256,29 @@ def test_encryption_accepted_counts_the_rest(request_: bytes, accepted: bytes) -
     assert parser.close(9) == []
 
 
+def test_tls_accepted_then_plaintext_from_the_tls_probes_is_read_on() -> None:
+    # The SSLRequest and its 'S' come through the syscalls; then the TLS uprobes hand over
+    # the same connection's plaintext, starting with the StartupMessage (seen with pg8000).
+    parser = PostgresParser()
+    parser.feed(REQUEST, SSL_REQUEST, 1, 2)
+    parser.feed(RESPONSE, b"S", 3, 4)
+    parser.feed(REQUEST, LOGIN, 5, 6)
+    parser.feed(RESPONSE, LOGIN_OK, 7, 8)
+    span = one(exchange(parser, query("SELECT 1"), complete("SELECT 1") + ready(), 10))
+    assert span.attributes[names.ATTR_DB_NAMESPACE] == "shop"
+    assert not parser.encrypted
+    clean(parser)
+
+
+def test_a_server_hello_after_ssl_accepted_means_encrypted() -> None:
+    parser = PostgresParser()
+    parser.feed(REQUEST, SSL_REQUEST, 1, 2)
+    parser.feed(RESPONSE, b"S", 3, 4)
+    assert parser.feed(RESPONSE, b"\x16\x03\x03\x00\x10" + bytes(16), 5, 6) == []
+    assert parser.encrypted and parser.error == ""
+    assert parser.counters[postgres.ENCRYPTED_BYTES] == 21
+
+
 def test_a_client_hello_after_ssl_request_means_encrypted_whatever_the_feed_order() -> None:
     parser = PostgresParser()
     parser.feed(REQUEST, SSL_REQUEST + TLS_CLIENT_HELLO, 1, 2)
@@ -335,9 +358,20 @@ def test_simple_query_error_gives_sqlstate() -> None:
     span = one(exchange(parser, query("SELECT * FROM nope"), response, 10))
     assert (span.status, span.error_type, span.name) == ("error", "42P01", "SELECT nope")
     assert span.attributes[names.ATTR_DB_RESPONSE_STATUS_CODE] == "42P01"
-    assert span.attributes[names.ATTR_ERROR_MESSAGE] == 'ERROR: relation "nope" does not exist'
+    assert span.attributes[names.ATTR_ERROR_MESSAGE] == "ERROR: relation ? does not exist"
     assert "a@b.c" not in repr(span)  # the DETAIL field, where row values go, is not kept
     clean(parser)
+
+
+def test_an_error_message_loses_the_values_it_quotes_unless_kept() -> None:
+    # PostgreSQL 15, seen here: the value a client sent, in the message itself.
+    message = 'invalid input syntax for type integer: "ann "the" secret"'
+    for keep_text, shown in ((False, "ERROR: invalid input syntax for type integer: ?"),
+                             (True, f"ERROR: {message}")):  # fmt: skip
+        parser = logged_in(keep_text)
+        response = error("22P02", message) + ready()
+        span = one(exchange(parser, query("SELECT 'x'::integer"), response, 10))
+        assert span.attributes[names.ATTR_ERROR_MESSAGE] == shown
 
 
 def test_error_without_a_code_is_other() -> None:

@@ -48,6 +48,23 @@ def test_describe_several_statements_as_a_batch(
     )
 
 
+@pytest.mark.parametrize(
+    "message, shown",
+    [
+        ('relation "nope" does not exist', "relation ? does not exist"),
+        ("syntax error at or near \"'ann'\"", "syntax error at or near ?"),
+        (
+            'invalid input syntax for type integer: "a "b" c"',
+            "invalid input syntax for type integer: ?",
+        ),
+        ('value "12345678901 is out of ran', "value ?"),  # cut short: to the end
+        ("division by zero", "division by zero"),
+    ],
+)
+def test_an_error_message_loses_what_it_quotes(message: str, shown: str) -> None:
+    assert ps.mask_message(message) == shown
+
+
 def test_parse_bind_execute_close() -> None:
     table, counts = statements()
     sql = describe("SELECT * FROM t WHERE id = $1", keep_text=False)

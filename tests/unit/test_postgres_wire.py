@@ -149,6 +149,20 @@ def test_a_client_hello_after_ssl_request_stops_framing() -> None:
     assert (framer.stopped, left) == (wire.ENCRYPTED, 10)
 
 
+def test_after_tls_was_accepted_a_server_hello_stops_framing_plaintext_does_not() -> None:
+    framer = Framer(client=False)
+    framer.tls_next = True
+    left = framer.feed(b"\x16\x03\x03\x00\x05hello", 1, 2, lambda *_: None)
+    assert (framer.stopped, left) == (wire.ENCRYPTED, 10)
+    framer = Framer(client=False)  # the TLS probes' plaintext: the login's answers
+    framer.tls_next = True
+    assert [k for k, *_ in frame(framer, [msg(b"R", bytes(4)) + msg(b"Z", b"I")])] == [
+        ord("R"),
+        ord("Z"),
+    ]
+    assert not framer.tls_next and not framer.stopped
+
+
 @pytest.mark.parametrize(
     "client, data, reason",
     [

@@ -33,6 +33,10 @@ _USE = re.compile(r"\s*use\s+(`[^`]+`|[^\s;`]+)\s*;?\s*", re.I)
 # An error message quotes the values it is about ("Duplicate entry 'ann@x' for key ..."): they
 # become ?. It is prose, not SQL, so an apostrophe inside a word ("doesn't") opens nothing.
 _QUOTED = re.compile(r"(?<!\w)(?:'[^']*+'|\"[^\"]*+\")")
+# ER_PARSE_ERROR (1064) and its kin quote the rest of the statement as sent, quotes unescaped:
+# "... near 'SELEC 'ann@x'' at line 1". That fragment (cut at 80 characters) is masked as SQL,
+# up to the last "' at line N", so a literal inside it never pairs with the wrong quote.
+_NEAR = re.compile(r"(near ')(.*)(' at line \d+)", re.S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +65,12 @@ def describe(text: str, keep_text: bool) -> Sql:
 
 
 def mask_message(message: str) -> str:
-    return _QUOTED.sub("?", message)
+    near = _NEAR.search(message)
+    if near is None:
+        return _QUOTED.sub("?", message)
+    fragment = sql_sanitize.sanitize(near[2], _MYSQL)
+    before, after = message[: near.start()], message[near.end() :]
+    return f"{_QUOTED.sub('?', before)}{near[1]}{fragment}{near[3]}{_QUOTED.sub('?', after)}"
 
 
 class Statements:

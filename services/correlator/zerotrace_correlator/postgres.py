@@ -13,8 +13,9 @@ carrying the SQLSTATE) and a failed Parse, Bind or Describe with no Execute afte
 Prepared statements and portals are tracked per connection, so an Execute of a statement
 prepared long before carries its SQL. After an ErrorResponse the server skips every message
 up to the next Sync; so does the parser, giving the error to the first Execute it skipped.
-SSLRequest or GSSENCRequest answered 'S' or 'G' turns the connection into TLS or GSSAPI
-records: their bytes are counted (`encrypted_bytes`), the plaintext comes from the TLS probes.
+SSLRequest answered 'S' is followed by TLS records, or, where the TLS probes hand over the
+plaintext of the same connection, by its StartupMessage in clear: TLS records (and everything
+after a GSSENCRequest answered 'G') are counted (`encrypted_bytes`), plaintext is read on.
 
 Bounded: per direction, only the prefix of a message that postgres_wire.KEEP names is held
 (rows, copy data, parameter values and passwords are stepped over, never buffered); at most
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 
 from zerotrace import names
 from zerotrace_correlator import postgres_wire as wire
-from zerotrace_correlator.postgres_statements import Sql, Statements, describe
+from zerotrace_correlator.postgres_statements import Sql, Statements, describe, mask_message
 from zerotrace_correlator.protocol_span import REQUEST, AttributeValue, ProtoSpan, Side, Status
 
 # Requests waiting for their answers. Drivers pipeline a batch of Bind/Execute pairs before
@@ -247,7 +248,11 @@ class PostgresParser:
     def _response(self, kind: int, body: bytes, size: int, start_ns: int, end_ns: int) -> None:
         self._response_bytes += size
         if kind == 0:  # the answer to SSLRequest ('S' or 'N') or GSSENCRequest ('G' or 'N')
-            if body in (b"S", b"G"):
+            if body == b"S":
+                # TLS records follow (ciphertext: a capture, or syscalls), or the connection
+                # goes on in plaintext read by the TLS probes: its StartupMessage next.
+                self._server.tls_next = True
+            elif body == b"G":  # GSSAPI encryption: no probe reads its plaintext
                 self._server.stop(wire.ENCRYPTED)
             elif body != b"N":
                 self._server.stop(f"answer {body!r} to an encryption request")
@@ -368,7 +373,8 @@ class PostgresParser:
             error_type = w.error.code or "_OTHER"
             if w.error.code:
                 attributes[names.ATTR_DB_RESPONSE_STATUS_CODE] = w.error.code
-            attributes[names.ATTR_ERROR_MESSAGE] = f"{w.error.severity}: {w.error.message}"
+            message = w.error.message if self.keep_text else mask_message(w.error.message)
+            attributes[names.ATTR_ERROR_MESSAGE] = f"{w.error.severity}: {message}"
         # OpenTelemetry's span name: "{operation} {table}", the operation, the database, or
         # the system, the first that is known.
         name = f"{operation} {collection}" if collection else operation

@@ -13,6 +13,7 @@ later is an Execute of unknown SQL.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,6 +31,18 @@ MAX_PORTALS = 64
 EVICTED_STATEMENTS = "evicted_statements"  # MAX_STATEMENTS or MAX_STATEMENT_CHARS
 EVICTED_PORTALS = "evicted_portals"  # MAX_PORTALS
 UNKNOWN_STATEMENTS = "unknown_statements"  # a Bind or Execute of one never seen
+
+
+# An error message quotes, in double quotes, what it is about: a name (relation "t"), a token
+# of the statement (at or near "'ann'"), or the value a client sent (invalid input syntax for
+# type integer: "ann@x"), its own quotes not escaped. Everything from the first quote to the
+# last goes, so a value holding a quote cannot leave a piece of itself behind.
+_QUOTED = re.compile(r'"[\s\S]*"|"[\s\S]*\Z')  # to the last quote; a lone one: to the end
+
+
+def mask_message(message: str) -> str:
+    """An ErrorResponse's message as spans show it unless the user opted in."""
+    return _QUOTED.sub("?", message)
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,7 +78,8 @@ class Framer:
 
     The parser steers it between messages (from inside `on_message`): `untyped` (the client's
     next message is of the startup family), `answer_next` (the server's next byte answers an
-    encryption request), `stop` (an error, or encryption: nothing more is framed)."""
+    encryption request), `tls_next` (TLS may start: a TLS record next stops framing as
+    encrypted), `stop` (an error, or encryption: nothing more is framed)."""
 
     __slots__ = (
         "_body", "_head", "_keep", "_kind", "_left", "_size", "_start_ns", "answer_next",
@@ -89,7 +90,9 @@ class Framer:
         self.client = client
         self.untyped = client  # a connection starts with the startup family
         self.answer_next = False
-        self.tls_next = False  # after SSLRequest, the client may go on with a ClientHello
+        # After SSLRequest (client) or its 'S' (server): a TLS record next means ciphertext
+        # follows; anything else is the plaintext the TLS probes read, framed on as usual.
+        self.tls_next = False
         self.stopped = ""  # why framing stopped: a reason, or "encrypted"
         self._head = bytearray()  # header bytes of a message begun in an earlier piece
         self._body = bytearray()  # the kept prefix of its body
@@ -130,10 +133,12 @@ class Framer:
                         pos += 1
                         on_message(0, data[pos - 1 : pos], 1, start_ns, end_ns)
                         continue
-                if self.untyped and first != 0:  # a length under 16 MiB starts with 0
-                    if first == TLS_HANDSHAKE and self.tls_next:
+                if self.tls_next:  # only the first message after the encryption request
+                    self.tls_next = False
+                    if first == TLS_HANDSHAKE:
                         self.stop(ENCRYPTED)
                         break
+                if self.untyped and first != 0:  # a length under 16 MiB starts with 0
                     self.untyped = False  # a typed message first: joined mid-connection
             header = 4 if self.untyped else 5
             if self._head or size - pos < header:
