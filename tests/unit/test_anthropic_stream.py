@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.http_wire import close
+from tests.unit.http_wire import close, post, sock
 from tests.unit.llm_api_wire import T0, arrived, run, streamed, whole
 from zerotrace import names
 from zerotrace.codec import AvroCodec
@@ -95,6 +95,32 @@ def test_non_stream_message(codec: AvroCodec) -> None:
     assert llm["ttft_ns"] == 90_005 and llm["tpot_ns"] is None
     assert (llm["input_tokens"], llm["output_tokens"], llm["cached_tokens"]) == (12, 3, None)
     assert llm["finish_reason"] == "max_tokens" and llm["error"] is None
+
+
+def test_non_stream_message_as_the_collector_masks_it(codec: AvroCodec) -> None:
+    """Without content capture the collector masks every string of a `content` array, keys
+    too, keeping lengths (zerotrace_collector/redaction.py): the answer still counts, an
+    empty text block still does not."""
+
+    def message(content: str) -> bytes:
+        return (
+            b'{"id": "msg_3", "type": "message", "role": "assistant", "model": "m", '
+            b'"content": [' + content.encode() + b'], "stop_reason": "max_tokens", '
+            b'"usage": {"input_tokens": 7, "output_tokens": 8}}'
+        )
+
+    text = '{"****": "****", "****": "**********"}'  # {"type": "text", "text": "tok0 tok1 "}
+    tool = '{"****": "********", "**": "*******", "****": "***", "*****": {"****": "*"}}'
+    empty = '{"****": "****", "****": ""}'  # {"type": "text", "text": ""}
+    request = post(PATH, {"model": "m", "max_tokens": 64, "messages": []})
+    for content, events in ((text, 1), (tool, 1), (f"{empty}, {text}", 1), (empty, 0)):
+        body = message(content)
+        head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}"
+        answer = head.encode() + b"\r\n\r\n" + body
+        _, llm = run([sock("EGRESS", request, T0), sock("INGRESS", answer, T0 + 90_000)], codec)
+        assert llm["content_events"] == events, content
+        assert (llm["output_tokens"], llm["finish_reason"]) == (8, "max_tokens")
+        assert llm["ttft_ns"] == (90_005 if events else None)
 
 
 def test_error_event_mid_stream_ends_it(codec: AvroCodec) -> None:

@@ -42,13 +42,30 @@ def test_stream_metrics_exact(codec: AvroCodec) -> None:
     span, llm = run(streamed("/generate_stream", REQUEST, "text/event-stream", STREAM), codec)
     assert llm["endpoint"] == "generate_stream" and llm["stream"]
     assert llm["model"] == "unknown"  # TGI names its model in neither request nor response
-    assert llm["ttft_ns"] == arrived(0) - T0 and llm["content_events"] == 3  # not the special
-    assert llm["tpot_ns"] == (arrived(2) - arrived(0)) // 3
+    assert llm["ttft_ns"] == arrived(0) - T0
+    # The end-of-sequence token is one of the 4 generated: decoding ran until it came.
+    assert llm["content_events"] == 4
+    assert llm["tpot_ns"] == (arrived(3) - arrived(0)) // 3
     assert (llm["output_tokens"], llm["output_tokens_estimated"]) == (4, False)
     assert llm["finish_reason"] == "eos_token" and llm["error"] is None
     attrs = span["attributes"]
     assert attrs[names.ATTR_GEN_AI_OPERATION] == names.GEN_AI_OPERATION_TEXT_COMPLETION
     assert attrs[names.ATTR_GEN_AI_PROVIDER] == names.GEN_AI_PROVIDER_TGI
+
+
+def test_only_the_last_special_token_is_content(codec: AvroCodec) -> None:
+    """A special token inside the stream (a control token the tokenizer hides) is no output
+    a client sees; a run cut at the length limit ends on an ordinary token."""
+    stream = [
+        event(1, "<|tool|>", special=True),
+        event(2, "Deep"),
+        event(3, ""),  # a token whose bytes do not decode yet (half a UTF-8 character)
+        event(4, " learning", details={"finish_reason": "length", "generated_tokens": 4}),
+    ]
+    _, llm = run(streamed("/generate_stream", REQUEST, "text/event-stream", stream), codec)
+    assert llm["ttft_ns"] == arrived(1) - T0 and llm["content_events"] == 2
+    assert llm["tpot_ns"] == (arrived(3) - arrived(1)) // 3
+    assert (llm["output_tokens"], llm["finish_reason"]) == (4, "length")
 
 
 def test_non_stream_generate(codec: AvroCodec) -> None:

@@ -4,9 +4,12 @@ says. Pure. (TGI's OpenAI-compatible /v1/chat/completions is openai_stream's.)
 Shapes understood (TGI's OpenAPI spec, "generate" and "generate_stream"):
 - the request: `inputs` and `parameters` (`max_new_tokens` is the limit); the model is the one
   the server was started with, named in neither request nor response;
-- a stream (text/event-stream), one StreamResponse per event: `token` {id, text, special};
-  content is a non-special token with non-empty text; the last event also has
-  `generated_text` and `details` {finish_reason, generated_tokens, input_length (newer
+- a stream (text/event-stream), one StreamResponse per generated token: `token` {id, text,
+  special}; content is a non-special token with non-empty text, and the special token of
+  the last event (the end-of-sequence token when finish_reason is `eos_token`): it is one of
+  the `generated_tokens` and arrives at its own time, so the decode time that TPOT divides
+  among the tokens runs to it (as `vllm bench`'s TGI client counts it); the last event also
+  has `generated_text` and `details` {finish_reason, generated_tokens, input_length (newer
   releases)};
 - a whole JSON answer: {generated_text, details?} (details only when the request asked with
   `parameters.details`), or a list of them (the compatibility route);
@@ -43,11 +46,14 @@ class TgiReader(LlmResponseReader):
             self._server_error(error)
             self.done = True
             return
+        last = self._on_details(obj.get("details")) or obj.get("generated_text") is not None
         token = obj.get("token")
-        if isinstance(token, dict) and not token.get("special") and as_str(token.get("text")):
+        if isinstance(token, dict) and (
+            (last and token.get("special") is True)
+            or (not token.get("special") and as_str(token.get("text")))
+        ):
             self.timeline.add(time_ns)
-        if self._on_details(obj.get("details")) or obj.get("generated_text") is not None:
-            self.done = True
+        self.done = self.done or last
 
     def _on_body(self, body: Any, time_ns: int) -> None:
         if isinstance(body, list):
