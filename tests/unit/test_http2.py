@@ -516,3 +516,72 @@ def test_bytes_count_every_frame_of_the_stream_continuations_included() -> None:
     [span] = run(wire.calls)
     assert span.request_bytes == sum(len(d) for _, d in wire.calls[3:5])
     assert span.response_bytes == sum(len(d) for _, d in wire.calls[5:8])
+
+
+def test_through_the_correlator_a_client_fails_on_4xx_and_a_server_only_on_5xx() -> None:
+    """The registry's client view (protocols.ProtocolEntry.make_client): OpenTelemetry's
+    rule for a client's HTTP span, which a server's span of the same exchange does not take."""
+    wire = Wire()
+    plain_requests(wire)
+    requests, responses = wire.bytes_of(REQUEST), wire.bytes_of(RESPONSE)
+    found = {}
+    for local_asks in (True, False):
+        asks, answers = ("EGRESS", "INGRESS") if local_asks else ("INGRESS", "EGRESS")
+        correlator = HttpLlmCorrelator()
+        out = correlator.feed_socket(sock(asks, requests, 1_000))
+        out += correlator.feed_socket(sock(answers, responses, 2_000))
+        for record, datum in out:
+            if record == names.DERIVED_SPAN.record:
+                found[(datum["kind"], datum["name"])] = (datum["status"], datum["attributes"])
+    assert {k: v[0] for k, v in found.items()} == {
+        ("http2.client", "GET /index.html"): "ERROR",
+        ("http2.client", "POST /v1/embed"): "ERROR",
+        ("http2.server", "GET /index.html"): "OK",
+        ("http2.server", "POST /v1/embed"): "ERROR",
+    }
+    assert found[("http2.client", "GET /index.html")][1][names.ATTR_ERROR_TYPE] == "404"
+
+
+@pytest.mark.parametrize("source", ["SYSCALL", "PACKET"])
+def test_a_server_preface_seen_first_still_leaves_the_client_asking(source: str) -> None:
+    """grpcio's server writes its SETTINGS as soon as it accepts: a capture, or a server's
+    own writes, may show them before the client's preface. They are the server's."""
+    wire = Wire()
+    wire.grpc_call(1, (12,), (30,), status=0)
+    settings = wire.calls[1][1]
+    assert sent_by_server(settings) and not sent_by_server(wire.calls[0][1])
+    assert not sent_by_server(SettingsFrame(0, flags={"ACK"}).serialize())
+    # The server's side seen from the server (SYSCALL) or on the wire (PACKET) first.
+    correlator = HttpLlmCorrelator()
+    out = correlator.feed_socket(sock("EGRESS", settings, 1_000, source=source))
+    out += correlator.feed_socket(sock("INGRESS", wire.bytes_of(REQUEST), 2_000, source=source))
+    rest = wire.bytes_of(RESPONSE)[len(settings) :]
+    out += correlator.feed_socket(sock("EGRESS", rest, 3_000, source=source))
+    out += correlator.feed_conn(close(10_000))
+    [span] = [datum for record, datum in out if record == names.DERIVED_SPAN.record]
+    assert (span["name"], span["status"]) == ("helloworld.Greeter/SayHello", "OK")
+    side = "NETWORK" if source == "PACKET" else "SERVER"
+    assert span["attributes"][names.ATTR_OBSERVATION_POINT] == side
+    assert span["attributes"][names.ATTR_RPC_GRPC_STATUS_CODE] == "0"
+
+
+def test_streams_of_one_start_ending_apart_get_their_own_span_ids() -> None:
+    """Two requests in one write (one start), answered with another stream's answer between
+    them: ranks count per start, so the ids differ (a store keeps all three)."""
+    wire = Wire()
+    get = [(":method", "GET"), (":scheme", "http"), (":authority", "a")]
+    for sid in (1, 3, 5):
+        wire.headers(REQUEST, sid, [*get, (":path", f"/s{sid}")], end=True)
+    for sid in (1, 5, 3):
+        wire.headers(RESPONSE, sid, [(":status", "200")], end=True)
+    requests = wire.bytes_of(REQUEST)
+    last = wire.calls[5][1]  # stream 5's HEADERS: a write of its own, later
+    correlator = HttpLlmCorrelator()
+    out = correlator.feed_socket(sock("EGRESS", requests[: -len(last)], 1_000))
+    out += correlator.feed_socket(sock("EGRESS", last, 2_000))
+    out += correlator.feed_socket(sock("INGRESS", wire.bytes_of(RESPONSE), 3_000))
+    found = [datum for record, datum in out if record == names.DERIVED_SPAN.record]
+    assert [(s["name"], s["start_ns"]) for s in found] == [
+        ("GET /s1", 1_000), ("GET /s5", 2_000), ("GET /s3", 1_000),
+    ]  # fmt: skip
+    assert len({s["span_id"] for s in found}) == 3

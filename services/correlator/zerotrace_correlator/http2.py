@@ -102,11 +102,18 @@ def recognise(first_bytes: bytes) -> bool:
 
 
 def sent_by_server(first_bytes: bytes) -> bool:
-    """Joined mid-way, are these bytes a server's? When the first HEADERS among them starts
-    with :status (static entries 8-14, or a literal named by entry 8)."""
+    """Are these first bytes a server's? When they open with a SETTINGS frame (not an ACK):
+    the server's connection preface, which servers such as grpcio's send as soon as they
+    accept, so a capture or the server's own writes may show it before the client's preface.
+    Joined mid-way, when the first HEADERS among them starts with :status (static entries
+    8-14, or a literal named by entry 8)."""
     data, at = first_bytes, 0
     if data.startswith(PREFACE[:14]):
         return False
+    if len(data) >= f.HEADER_BYTES:
+        _, kind, flags, stream = f.unpack_header(data[: f.HEADER_BYTES])
+        if kind == f.SETTINGS and not flags & f.ACK and stream == 0:
+            return True
     while at + f.HEADER_BYTES < len(data):
         length, kind, flags, _ = f.unpack_header(data[at : at + f.HEADER_BYTES])
         if kind == f.HEADERS:

@@ -26,6 +26,9 @@ from zerotrace_correlator.protocols import ProtocolEntry
 from zerotrace_correlator.socket_call import SocketCall
 
 CLIENT, SERVER, NETWORK = "CLIENT", "SERVER", "NETWORK"
+# Starts whose span count is kept for ranks: as many as HTTP/2 streams open at once
+# (http2.MAX_OPEN_STREAMS); other protocols' spans of one start come out together.
+RANKED_STARTS = 1024
 _ORIGIN_FIELDS = (
     "node_id", "pid", "process_name", "container_id",
     "local_addr", "local_port", "remote_addr", "remote_port",
@@ -52,7 +55,6 @@ class ProtoConversation:
         self.conn_id = conn_id
         self.protocol = entry.name
         self.counters = counters
-        self.parser: ProtocolParser = entry.make()
         packet = first.source == "PACKET"
         # The recognised bytes are a request, or, for a protocol whose server speaks first
         # (MySQL's greeting), a response.
@@ -60,10 +62,15 @@ class ProtoConversation:
         asks = _other(first.direction) if server_spoke else first.direction
         self._request_direction = asks
         self.observation_point = NETWORK if packet else CLIENT if asks == "EGRESS" else SERVER
+        client = self.observation_point == CLIENT
+        make = entry.make_client if client and entry.make_client else entry.make
+        self.parser: ProtocolParser = make()
         self.origin = _origin_of(first)
         self.last_ns = 0
         self.gave_up: str | None = None
-        self._last_start = (-1, 0)
+        # start_ns -> spans so far that started then: HTTP/2 streams end out of order, so
+        # spans of one start need not come out one after the other.
+        self._ranks: dict[int, int] = {}
         self._busy = False
 
     @property
@@ -101,13 +108,15 @@ class ProtoConversation:
         out = []
         for span in spans:
             self.counters[c.PROTO_SPANS] += 1
-            last_ns, rank = self._last_start
-            self._last_start = (span.start_ns, rank + 1 if span.start_ns == last_ns else 0)
+            rank = self._ranks.pop(span.start_ns, 0)
+            self._ranks[span.start_ns] = rank + 1
+            if len(self._ranks) > RANKED_STARTS:
+                del self._ranks[next(iter(self._ranks))]  # the least recent start
             out.append(
                 ProtoExchange(
                     self.conn_id,
                     span,
-                    self._last_start[1],
+                    rank,
                     self.observation_point,
                     self.origin,
                     self._request_direction == "EGRESS",

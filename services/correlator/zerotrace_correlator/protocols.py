@@ -23,6 +23,9 @@ class ProtocolEntry:
     recognise: Callable[[bytes], bool]
     make: Callable[[], ProtocolParser]
     sent_by_server: Callable[[bytes], bool] = lambda first: False
+    # The parser for the client's own view, where the rules differ (OpenTelemetry: a 4xx
+    # answer fails a client's HTTP span, a server's only from 500); None: `make` for all.
+    make_client: Callable[[], ProtocolParser] | None = None
 
 
 PROTOCOLS: tuple[ProtocolEntry, ...] = (
@@ -34,7 +37,13 @@ PROTOCOLS: tuple[ProtocolEntry, ...] = (
     ProtocolEntry(names.PROTOCOL_KAFKA, kafka_wire.recognise, kafka_wire.KafkaWireParser),
     ProtocolEntry(names.PROTOCOL_DNS, dns.recognise, lambda: dns.DnsParser("tcp")),
     # Last: its check of a connection joined mid-way (frame headers) is the loosest.
-    ProtocolEntry(names.PROTOCOL_HTTP2, http2.recognise, http2.Http2Parser, http2.sent_by_server),
+    ProtocolEntry(
+        names.PROTOCOL_HTTP2,
+        http2.recognise,
+        http2.Http2Parser,
+        http2.sent_by_server,
+        make_client=lambda: http2.Http2Parser(client_view=True),
+    ),
 )
 
 
