@@ -6,7 +6,7 @@ numbers the embedded node gathers."""
 from __future__ import annotations
 
 import sys
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +76,10 @@ def draw_live(summary: Summary, elapsed_s: float) -> None:
     sys.stdout.flush()
 
 
+# Span ids remembered to count a span made again once: re-made spans follow within seconds.
+RECENT_SPANS = 65_536
+
+
 class Summary:
     def __init__(self) -> None:
         self.spans = 0
@@ -85,6 +89,7 @@ class Summary:
         self.llm: list[dict[str, Any]] = []
         self.profile_windows: Counter[str] = Counter()
         self.profile_samples: Counter[str] = Counter()
+        self._recent: OrderedDict[str, tuple[str, str, bool]] = OrderedDict()
 
     def add(self, index: str, doc: dict[str, Any]) -> None:
         if index == names.INDEX_LLM:
@@ -94,10 +99,27 @@ class Summary:
             self.profile_windows[doc["profile_type"]] += 1
             self.profile_samples[doc["profile_type"]] += int(doc["samples"])
             return
-        self.spans += 1
-        self.errors += doc["status"] == "ERROR"
-        self.by_kind[doc["kind"]] += 1
-        self.by_process[doc["process_name"]] += 1
+        # A span made again (its connection's set-up or its file I/O arrived after it, see
+        # span_timings.py) keeps its id: it replaces the one counted before, as in the store.
+        span_id = str(doc.get("span_id") or "")
+        before = self._recent.pop(span_id, None) if span_id else None
+        if before is not None:
+            self._count(*before, -1)
+        seen = (str(doc["kind"]), str(doc["process_name"]), doc["status"] == "ERROR")
+        self._count(*seen, 1)
+        if span_id:
+            self._recent[span_id] = seen
+            if len(self._recent) > RECENT_SPANS:
+                self._recent.popitem(last=False)
+
+    def _count(self, kind: str, process: str, failed: bool, n: int) -> None:
+        self.spans += n
+        self.errors += n * failed
+        self.by_kind[kind] += n
+        self.by_process[process] += n
+        for counter, key in ((self.by_kind, kind), (self.by_process, process)):
+            if counter[key] <= 0:
+                del counter[key]
 
     def lines(
         self,

@@ -71,6 +71,19 @@ def test_the_summary_counts_spans_losses_correlator_limits_and_profiles() -> Non
     ]
 
 
+def test_a_span_made_again_replaces_the_one_counted() -> None:
+    summary = Summary()
+    summary.add(names.INDEX_SPANS, {**span(), "span_id": "a"})
+    summary.add(names.INDEX_SPANS, {**span(), "span_id": "b"})
+    # "a" again, now failed (its connection's set-up arrived after it): counted once.
+    summary.add(names.INDEX_SPANS, {**span(status="ERROR", process="curl"), "span_id": "a"})
+    assert summary.lines(0, {}, {})[:3] == [
+        "summary: 2 spans (file.open 2; 1 failed), 0 LLM requests, 0 dead letters",
+        "  process python3: 1 spans",
+        "  process curl: 1 spans",
+    ]
+
+
 def test_counters_are_grouped_by_feed_the_collectors_own_apart() -> None:
     counters = {"published": 9, "backpressure": 0, "profile.shed": 3, "profile.off_cpu_full": 1}
     assert by_feed(counters) == {
