@@ -12,7 +12,12 @@
  *   sys_{enter,exit}_{connect,accept,accept4} -> track the fd, zt_sock_conn_event
  *   sys_{enter,exit}_close                    -> untrack, zt_sock_conn_event
  *   sys_{enter,exit}_socket                   -> remember each socket's family, so
- *       accept() on an AF_UNIX listener is not tracked
+ *       accept() on an AF_UNIX listener is not tracked, and which are UDP
+ *   sys_{enter,exit}_{sendmmsg,recvmmsg}      -> one data event per message (datagrams)
+ *
+ * UDP (see "Datagrams" below): a UDP socket is tracked like a connection once it talks to a
+ * wanted peer port: at connect() (the glibc resolver connects its socket), or at the first
+ * sendto/sendmsg/sendmmsg that names a destination. One data event per datagram.
  * With ZT_CAPTURE_TLS=1 the loader compiles this file followed by tls.c (uprobes
  * on libssl) as one program: tls.c shares these maps and this ring buffer, and
  * bcc rewrites map calls (`m.lookup()`) only in the main text, so tls.c cannot
@@ -34,7 +39,8 @@
  *                       group leader's comm with ZT_OFF_TASK_GROUP_LEADER/_COMM from BTF,
  *                       else the calling thread's)
  *   ZT_PAYLOAD_MAX      payload bytes captured per call (power of two, 64..32768)
- *   ZT_MAX_IOV          iovecs copied from for readv/writev/recvmsg/sendmsg
+ *   ZT_MAX_IOV          iovecs copied from for readv/writev/recvmsg/sendmsg (32: grpcio
+ *                       writes a HEADERS frame with 22)
  *   ZT_RINGBUF_PAGES    ring buffer size in pages (power of two)
  *   ZT_WAKEUP_BYTES     wake the reader once this many bytes were written since the last
  *                       wake-up (it also drains on its own timed polls)
@@ -67,6 +73,19 @@
  * would otherwise stay unseen after one burst. The age outlasts the correlator's grace for the
  * SHED record, so the calls after it start a new conversation there, which skips to the next
  * request line: the exchange the resumption cuts into is never reported in part.
+ *
+ * Datagrams. A UDP socket has no connection, and most UDP traffic (metrics, QUIC, game state)
+ * is of no interest here, so one is tracked only when its peer's port is wanted: ZT_DNS_PORT
+ * (53, always: DNS timings belong to every trace) or one of ZT_FILTER_PORTS (--port). The peer
+ * is the address connect() was given, or the destination of the first send that names one
+ * (an unconnected client); from then on the socket is one flow, (pid, fd), until close, and
+ * every datagram it sends or receives is one data event, whoever the peer (a DNS message is
+ * paired by id and question, not by address). A server's unconnected socket that only
+ * receives first is not tracked (its peers are many: future work). No TCP sequence numbers,
+ * arrival times or TLS on them. sendmmsg/recvmmsg move several datagrams in one call: the
+ * first ZT_MAX_MMSG are emitted, one event each (message i stamped i ns after the call's
+ * entry, so each has its own id and their order holds); the rest are counted
+ * (ZT_STAT_MMSG_UNCOPIED).
  */
 #include "zerotrace_events.h"
 
@@ -86,7 +105,7 @@
 #define ZT_PAYLOAD_MAX 16384
 #endif
 #ifndef ZT_MAX_IOV
-#define ZT_MAX_IOV 8
+#define ZT_MAX_IOV 32
 #endif
 #ifndef ZT_RINGBUF_PAGES
 #define ZT_RINGBUF_PAGES 4096
@@ -121,6 +140,13 @@
 #ifndef ZT_NR_CPUS
 #define ZT_NR_CPUS 1024
 #endif
+#ifndef ZT_DNS_PORT
+#define ZT_DNS_PORT 53 /* UDP peers on this port are always tracked ("Datagrams") */
+#endif
+#ifndef ZT_MAX_MMSG
+/* Messages emitted per sendmmsg/recvmmsg: a stub resolver sends A and AAAA in one. */
+#define ZT_MAX_MMSG 4
+#endif
 
 #if (ZT_PAYLOAD_MAX & (ZT_PAYLOAD_MAX - 1)) != 0 || ZT_PAYLOAD_MAX < 64 || ZT_PAYLOAD_MAX > 32768
 #error "ZT_PAYLOAD_MAX must be a power of two between 64 and 32768"
@@ -131,6 +157,9 @@
 #define ZT_AF_INET6 10
 #define ZT_EINPROGRESS 115
 #define ZT_SOCK_STREAM 1
+#define ZT_SOCK_DGRAM  2
+/* zt_socket_family value of an AF_INET/AF_INET6 SOCK_DGRAM socket: family | this bit. */
+#define ZT_FAMILY_DGRAM 0x8000
 
 /* Indexes into zt_socket_stats. Mirrored in probes/socket.py. */
 #define ZT_STAT_LOST          0 /* ring buffer full: event dropped */
@@ -142,7 +171,8 @@
 #define ZT_STAT_CONNS_RESUMED 6 /* shed connections taken up again (the reader caught up) */
 #define ZT_STAT_CIPHERTEXT    7 /* TLS ciphertext calls not emitted (ZT_KEEP_CIPHERTEXT 0) */
 #define ZT_STAT_PORT_FILTERED 8 /* connections not tracked: neither port is in ZT_FILTER_PORTS */
-#define ZT_STAT_NR            9
+#define ZT_STAT_MMSG_UNCOPIED 9 /* sendmmsg/recvmmsg messages past ZT_MAX_MMSG: not emitted */
+#define ZT_STAT_NR            10
 
 /* Indexes into zt_socket_flow. */
 #define ZT_FLOW_OFFERED 0 /* bytes written to the ring (this program) */
@@ -168,7 +198,8 @@ struct zt_sock_info {
 	u8 origin;
 	u8 tls;
 	u8 shed; /* 1: shed (see "Shedding"): its calls are counted, not emitted */
-	u8 _pad[3];
+	u8 dgram; /* 1: a UDP socket ("Datagrams"); the loader writes 0 (TCP from /proc) */
+	u8 _pad[2];
 	u64 shed_ns; /* when it was marked shed */
 };
 
@@ -185,6 +216,9 @@ struct zt_sys_call {
 	u8 addr[28]; /* connect: the user's sockaddr */
 	u32 tcp_seq; /* data calls, with ZT_SOCK_F_TCP_SEQ in flags */
 	u32 waited_us; /* reads, with ZT_SOCK_F_WAITED in flags */
+	u8 mmsg; /* 1: buf is a struct mmsghdr array of vlen entries (sendmmsg, recvmmsg) */
+	u8 dgram; /* connect: on a UDP socket */
+	u8 _pad[6];
 };
 
 struct zt_sock_data_scratch {
@@ -245,6 +279,13 @@ static __always_inline void zt_stat_inc(int idx)
 	u64 *v = zt_socket_stats.lookup(&idx);
 	if (v)
 		__sync_fetch_and_add(v, 1);
+}
+
+static __always_inline void zt_stat_add(int idx, u64 n)
+{
+	u64 *v = zt_socket_stats.lookup(&idx);
+	if (v)
+		__sync_fetch_and_add(v, n);
 }
 
 static __always_inline void zt_offered(u64 size)
@@ -646,6 +687,7 @@ static __always_inline int zt_ports_wanted(s32 fd)
 
 static __always_inline void zt_emit_conn(u32 tgid, u32 tid, struct zt_sys_call *st, s64 ret,
 					 u32 kind, u64 conn_start_ns, u16 family);
+static __always_inline void zt_dgram_first(s64 fd, u64 uptr, int is_msg);
 
 /* A call on a connection that is (or now becomes) shed: counted, not emitted; the mark is
  * announced once, so the correlator drops the exchange it had in progress. */
@@ -665,10 +707,12 @@ static __always_inline void zt_shed(u32 tgid, u32 tid, struct zt_sock_key *key,
 	__builtin_memset(st, 0, sizeof(*st));
 	st->start_ns = bpf_ktime_get_ns();
 	st->fd = key->fd;
+	st->dgram = info->dgram;
 	zt_emit_conn(tgid, tid, st, 0, ZT_CONN_SHED, info->conn_start_ns, info->family);
 }
 
-static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 direction)
+static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 direction,
+					 u8 mmsg)
 {
 	u64 id = bpf_get_current_pid_tgid();
 	u32 tgid = id >> 32;
@@ -695,11 +739,19 @@ static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 di
 	c->fd = (s32)fd;
 	c->family = info->family;
 	c->op = op;
+	c->mmsg = mmsg;
+	c->dgram = info->dgram;
+	c->tcp_seq = 0;
+	c->waited_us = 0;
+	if (info->dgram) { /* no TLS, no TCP state ("Datagrams") */
+		c->flags = 0;
+		if (zt_socket_inflight.update(&tid, c) != 0)
+			zt_stat_inc(ZT_STAT_INFLIGHT_FULL);
+		return 0;
+	}
 	c->flags = zt_tls_on_syscall(tgid, tid, &key, info, direction, buf, vlen);
 	if (info->tls)
 		c->flags |= ZT_SOCK_F_CIPHERTEXT;
-	c->tcp_seq = 0;
-	c->waited_us = 0;
 	u64 arrived_ns = 0, newest_ns = 0, now = c->start_ns;
 	if (zt_tcp_seq((s32)fd, direction, info->conn_start_ns, &c->tcp_seq, &arrived_ns,
 		       &newest_ns))
@@ -721,6 +773,36 @@ static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 di
 	return 0;
 }
 
+/*
+ * sendmmsg/recvmmsg returned *count* messages: one data event for each of the first
+ * ZT_MAX_MMSG ("Datagrams"). struct mmsghdr (user ABI, 64-bit): struct user_msghdr (56
+ * bytes: msg_iov at 16, msg_iovlen at 24), then msg_len (the bytes that message moved), 8-byte
+ * aligned: 64 bytes.
+ */
+static __always_inline void zt_emit_mmsg(u32 tgid, u32 tid, struct zt_sys_call *st, s64 count,
+					 u8 direction)
+{
+	u8 flags = st->flags & ~(ZT_SOCK_F_TCP_SEQ | ZT_SOCK_F_WAITED);
+#pragma unroll
+	for (int i = 0; i < ZT_MAX_MMSG; i++) {
+		if (i >= count)
+			break;
+		u64 hdr = st->buf + (u64)i * 64;
+		u64 iov[2] = {};
+		u32 len = 0;
+		if (bpf_probe_read_user(iov, sizeof(iov), (void *)(hdr + 16)) != 0 ||
+		    bpf_probe_read_user(&len, sizeof(len), (void *)(hdr + 56)) != 0)
+			break;
+		if (len == 0)
+			continue; /* an empty datagram: no bytes moved */
+		zt_emit_data(tgid, tid, st->fd, st->start_ns + i, len, st->conn_start_ns, direction,
+			     ZT_SRC_SYSCALL, st->op, flags, (flags & ZT_SOCK_F_CIPHERTEXT) ? 0 : 2,
+			     iov[0], iov[1], 0, 0);
+	}
+	if (count > ZT_MAX_MMSG)
+		zt_stat_add(ZT_STAT_MMSG_UNCOPIED, count - ZT_MAX_MMSG);
+}
+
 static __always_inline int zt_data_exit(s64 ret, u8 direction, int vector)
 {
 	u64 id = bpf_get_current_pid_tgid();
@@ -736,6 +818,10 @@ static __always_inline int zt_data_exit(s64 ret, u8 direction, int vector)
 		return 0; /* a connect/accept/close/socket state whose exit was not seen */
 	if (ret <= 0)
 		return 0; /* EAGAIN, error, or EOF: no bytes moved */
+	if (st.mmsg) {
+		zt_emit_mmsg(tgid, tid, &st, ret, direction);
+		return 0;
+	}
 	if ((st.flags & ZT_SOCK_F_CIPHERTEXT) && direction == ZT_DIR_INGRESS)
 		zt_tls_read_done(tgid, st.fd, st.buf, st.vlen);
 	/* Its plaintext comes from the SSL uprobes; the ciphertext event would only be thrown
@@ -757,42 +843,43 @@ static __always_inline int zt_msg_enter(s64 fd, u64 msg, u8 op, u8 direction)
 	u64 iov[2] = {};
 	if (bpf_probe_read_user(iov, sizeof(iov), (void *)(msg + 16)) != 0)
 		return 0;
-	return zt_data_enter(fd, iov[0], iov[1], op, direction);
+	return zt_data_enter(fd, iov[0], iov[1], op, direction, 0);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_read)
 {
-	return zt_data_enter(args->fd, (u64)args->buf, 0, ZT_OP_READ, ZT_DIR_INGRESS);
+	return zt_data_enter(args->fd, (u64)args->buf, 0, ZT_OP_READ, ZT_DIR_INGRESS, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_exit_read) { return zt_data_exit(args->ret, ZT_DIR_INGRESS, 0); }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_write)
 {
-	return zt_data_enter(args->fd, (u64)args->buf, 0, ZT_OP_WRITE, ZT_DIR_EGRESS);
+	return zt_data_enter(args->fd, (u64)args->buf, 0, ZT_OP_WRITE, ZT_DIR_EGRESS, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_exit_write) { return zt_data_exit(args->ret, ZT_DIR_EGRESS, 0); }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_readv)
 {
-	return zt_data_enter(args->fd, (u64)args->vec, args->vlen, ZT_OP_READV, ZT_DIR_INGRESS);
+	return zt_data_enter(args->fd, (u64)args->vec, args->vlen, ZT_OP_READV, ZT_DIR_INGRESS, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_exit_readv) { return zt_data_exit(args->ret, ZT_DIR_INGRESS, 1); }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_writev)
 {
-	return zt_data_enter(args->fd, (u64)args->vec, args->vlen, ZT_OP_WRITEV, ZT_DIR_EGRESS);
+	return zt_data_enter(args->fd, (u64)args->vec, args->vlen, ZT_OP_WRITEV, ZT_DIR_EGRESS, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_exit_writev) { return zt_data_exit(args->ret, ZT_DIR_EGRESS, 1); }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_recvfrom)
 {
-	return zt_data_enter(args->fd, (u64)args->ubuf, 0, ZT_OP_RECVFROM, ZT_DIR_INGRESS);
+	return zt_data_enter(args->fd, (u64)args->ubuf, 0, ZT_OP_RECVFROM, ZT_DIR_INGRESS, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_exit_recvfrom) { return zt_data_exit(args->ret, ZT_DIR_INGRESS, 0); }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_sendto)
 {
-	return zt_data_enter(args->fd, (u64)args->buff, 0, ZT_OP_SENDTO, ZT_DIR_EGRESS);
+	zt_dgram_first(args->fd, (u64)args->addr, 0);
+	return zt_data_enter(args->fd, (u64)args->buff, 0, ZT_OP_SENDTO, ZT_DIR_EGRESS, 0);
 }
 TRACEPOINT_PROBE(syscalls, sys_exit_sendto) { return zt_data_exit(args->ret, ZT_DIR_EGRESS, 0); }
 
@@ -804,9 +891,26 @@ TRACEPOINT_PROBE(syscalls, sys_exit_recvmsg) { return zt_data_exit(args->ret, ZT
 
 TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg)
 {
+	zt_dgram_first(args->fd, (u64)args->msg, 1);
 	return zt_msg_enter(args->fd, (u64)args->msg, ZT_OP_SENDMSG, ZT_DIR_EGRESS);
 }
 TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { return zt_data_exit(args->ret, ZT_DIR_EGRESS, 1); }
+
+/* Several datagrams in one call (the glibc resolver sends A and AAAA so): "Datagrams". */
+TRACEPOINT_PROBE(syscalls, sys_enter_sendmmsg)
+{
+	zt_dgram_first(args->fd, (u64)args->mmsg, 1);
+	return zt_data_enter(args->fd, (u64)args->mmsg, args->vlen, ZT_OP_SENDMSG, ZT_DIR_EGRESS,
+			     1);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_sendmmsg) { return zt_data_exit(args->ret, ZT_DIR_EGRESS, 1); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_recvmmsg)
+{
+	return zt_data_enter(args->fd, (u64)args->mmsg, args->vlen, ZT_OP_RECVMSG, ZT_DIR_INGRESS,
+			     1);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_recvmmsg) { return zt_data_exit(args->ret, ZT_DIR_INGRESS, 1); }
 
 /* ---- connection lifecycle --------------------------------------------------- */
 
@@ -830,7 +934,7 @@ static __always_inline void zt_emit_conn(u32 tgid, u32 tid, struct zt_sys_call *
 	ev->conn_start_ns = conn_start_ns;
 	ev->kind = kind;
 	ev->family = family;
-	ev->_pad = 0;
+	ev->dgram = st->dgram;
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
 	__builtin_memcpy(ev->addr, st->addr, sizeof(ev->addr));
 	__builtin_memset(ev->_pad2, 0, sizeof(ev->_pad2));
@@ -838,14 +942,16 @@ static __always_inline void zt_emit_conn(u32 tgid, u32 tid, struct zt_sys_call *
 }
 
 /* 0: tracked; 1: tracked but shed from birth (nothing of it is emitted); -1: not tracked. */
-static __always_inline int zt_track(u32 tgid, s32 fd, u16 family, u8 origin, u64 now)
+static __always_inline int zt_track(u32 tgid, s32 fd, u16 family, u8 origin, u64 now, u8 dgram)
 {
-	if (!zt_ports_wanted(fd)) {
+	/* A datagram socket's peer port was judged by the caller (zt_dgram_port_wanted). */
+	if (!dgram && !zt_ports_wanted(fd)) {
 		zt_stat_inc(ZT_STAT_PORT_FILTERED);
 		return -1;
 	}
 	struct zt_sock_key key = {.pid = tgid, .fd = fd};
-	struct zt_sock_info info = {.conn_start_ns = now, .family = family, .origin = origin};
+	struct zt_sock_info info = {
+		.conn_start_ns = now, .family = family, .origin = origin, .dgram = dgram};
 	info.shed = zt_behind();
 	info.shed_ns = now;
 	if (zt_socket_fds.update(&key, &info) != 0) {
@@ -857,6 +963,73 @@ static __always_inline int zt_track(u32 tgid, s32 fd, u16 family, u8 origin, u64
 	return info.shed;
 }
 
+/* The port of a struct sockaddr_in or sockaddr_in6 (network order at offset 2 of both). */
+static __always_inline u16 zt_sockaddr_port(const u8 *addr)
+{
+	return ((u16)addr[2] << 8) | addr[3];
+}
+
+/* "Datagrams": is a UDP peer on *port* wanted? ZT_DNS_PORT always, and the --port ports
+ * (ZT_DGRAM_PORTS: the loader passes them even where the kernel has no offsets for
+ * ZT_FILTER_PORTS, as no socket struct is read here). */
+static __always_inline int zt_dgram_port_wanted(u16 port)
+{
+	if (port == ZT_DNS_PORT)
+		return 1;
+#ifdef ZT_DGRAM_PORTS
+	const u16 wanted[] = {ZT_DGRAM_PORTS};
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(wanted) / sizeof(wanted[0])); i++) {
+		if (wanted[i] == port)
+			return 1;
+	}
+#endif
+	return 0;
+}
+
+/*
+ * A send on an untracked UDP socket that names its destination (sendto's address; for
+ * sendmsg/sendmmsg, *is_msg* = 1, the msg_name of the (first) struct user_msghdr at uptr):
+ * an unconnected client's first datagram. Tracked, with a CONNECT event carrying that
+ * destination, when its port is wanted ("Datagrams"). The map lookups come before any read
+ * of user memory: this runs on every send of every process.
+ */
+static __always_inline void zt_dgram_first(s64 fd, u64 uptr, int is_msg)
+{
+	if (!uptr)
+		return;
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	struct zt_sock_key key = {.pid = tgid, .fd = (s32)fd};
+	u16 *known = zt_socket_family.lookup(&key);
+	if (!known || !(*known & ZT_FAMILY_DGRAM) || zt_socket_fds.lookup(&key))
+		return;
+	if (!zt_task_wanted(tgid))
+		return;
+	u64 uaddr = uptr;
+	if (is_msg && (bpf_probe_read_user(&uaddr, sizeof(uaddr), (void *)uptr) != 0 || !uaddr))
+		return; /* msg_name (offset 0): NULL on a connected socket */
+	int zero = 0;
+	struct zt_sys_call *c = zt_socket_call_scratch.lookup(&zero);
+	if (!c)
+		return;
+	__builtin_memset(c, 0, sizeof(*c));
+	if (bpf_probe_read_user(c->addr, sizeof(c->addr), (void *)uaddr) != 0)
+		return;
+	u16 family = c->addr[0] | ((u16)c->addr[1] << 8);
+	if (family != ZT_AF_INET && family != ZT_AF_INET6)
+		return;
+	if (!zt_dgram_port_wanted(zt_sockaddr_port(c->addr)))
+		return;
+	u64 now = bpf_ktime_get_ns();
+	c->start_ns = now;
+	c->fd = (s32)fd;
+	c->family = family;
+	c->dgram = 1;
+	if (zt_track(tgid, (s32)fd, family, ZT_ORIGIN_CONNECT, now, 1) == 0)
+		zt_emit_conn(tgid, (u32)id, c, 0, ZT_CONN_CONNECT, now, family);
+}
+
 /* The op of an in-flight state that is not a data call's (those are ZT_OP_*, 1..12): each
  * exit reads only a state its own kind of call stored (zt_conn_exit_state). */
 #define ZT_CALL_CONNECT 0xfc
@@ -865,7 +1038,7 @@ static __always_inline int zt_track(u32 tgid, s32 fd, u16 family, u8 origin, u64
 #define ZT_CALL_SOCKET  0xff
 
 /* Enter of connect/accept: remember fd (and connect's sockaddr) per thread. */
-static __always_inline int zt_conn_enter(s64 fd, u64 uaddr, u16 family, u8 call)
+static __always_inline int zt_conn_enter(s64 fd, u64 uaddr, u16 family, u8 call, u8 dgram)
 {
 	u64 id = bpf_get_current_pid_tgid();
 	u32 tid = (u32)id;
@@ -878,6 +1051,7 @@ static __always_inline int zt_conn_enter(s64 fd, u64 uaddr, u16 family, u8 call)
 	c->start_ns = bpf_ktime_get_ns();
 	c->fd = (s32)fd;
 	c->family = family;
+	c->dgram = dgram;
 	if (uaddr)
 		bpf_probe_read_user(c->addr, sizeof(c->addr), (void *)uaddr);
 	if (zt_socket_inflight.update(&tid, c) != 0)
@@ -914,8 +1088,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_connect)
 	struct zt_sock_key key = {.pid = tgid, .fd = (s32)args->fd};
 	u16 *known = zt_socket_family.lookup(&key);
 	if (known && *known == 0)
-		return 0; /* a UDP socket connect()ing (DNS resolvers do) */
-	return zt_conn_enter(args->fd, (u64)args->uservaddr, family, ZT_CALL_CONNECT);
+		return 0; /* not TCP nor UDP */
+	/* A UDP socket connect()ing (the glibc resolver does): "Datagrams". */
+	u8 dgram = known && (*known & ZT_FAMILY_DGRAM);
+	return zt_conn_enter(args->fd, (u64)args->uservaddr, family, ZT_CALL_CONNECT, dgram);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_exit_connect)
@@ -930,8 +1106,10 @@ TRACEPOINT_PROBE(syscalls, sys_exit_connect)
 	/* Non-blocking connects (asyncio, httpx, uvloop) return -EINPROGRESS: track them. */
 	if (ret != 0 && ret != -ZT_EINPROGRESS)
 		return 0;
+	if (st.dgram && !zt_dgram_port_wanted(zt_sockaddr_port(st.addr)))
+		return 0;
 	u64 now = st.start_ns;
-	if (zt_track(tgid, st.fd, st.family, ZT_ORIGIN_CONNECT, now) == 0)
+	if (zt_track(tgid, st.fd, st.family, ZT_ORIGIN_CONNECT, now, st.dgram) == 0)
 		zt_emit_conn(tgid, tid, &st, ret, ZT_CONN_CONNECT, now, st.family);
 	return 0;
 }
@@ -947,7 +1125,7 @@ static __always_inline int zt_accept_enter(s64 fd)
 	if (fam && family != ZT_AF_INET && family != ZT_AF_INET6)
 		return 0; /* AF_UNIX and friends (0: not a stream socket) */
 	/* The peer address pointer is often NULL (uvloop): addresses come from /proc. */
-	return zt_conn_enter(fd, 0, family, ZT_CALL_ACCEPT);
+	return zt_conn_enter(fd, 0, family, ZT_CALL_ACCEPT, 0);
 }
 
 static __always_inline int zt_accept_exit(s64 ret)
@@ -961,7 +1139,7 @@ static __always_inline int zt_accept_exit(s64 ret)
 	if (ret < 0)
 		return 0;
 	u64 now = st.start_ns;
-	if (zt_track(tgid, (s32)ret, st.family, ZT_ORIGIN_ACCEPT, now) == 0)
+	if (zt_track(tgid, (s32)ret, st.family, ZT_ORIGIN_ACCEPT, now, 0) == 0)
 		zt_emit_conn(tgid, tid, &st, ret, ZT_CONN_ACCEPT, now, st.family);
 	return 0;
 }
@@ -993,6 +1171,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
 	c->start_ns = bpf_ktime_get_ns();
 	c->fd = key.fd;
 	c->family = info->family;
+	c->dgram = info->dgram;
 	c->conn_start_ns = info->conn_start_ns;
 	/* Untrack now: once close() starts, the fd number may be reused by another thread. */
 	zt_socket_fds.delete(&key);
@@ -1027,8 +1206,14 @@ TRACEPOINT_PROBE(syscalls, sys_enter_socket)
 	if (!c)
 		return 0;
 	__builtin_memset(c, 0, sizeof(*c));
-	/* Only TCP-capable sockets keep their family; 0 = "known, not interesting" (UDP, ...). */
-	c->family = (args->type & 0xf) == ZT_SOCK_STREAM ? (u16)args->family : 0;
+	/* TCP-capable sockets keep their family, UDP ones theirs with ZT_FAMILY_DGRAM; 0 = "known,
+	 * not interesting" (raw, netlink, AF_UNIX datagrams, ...). */
+	int type = args->type & 0xf;
+	u16 family = (u16)args->family;
+	int inet = family == ZT_AF_INET || family == ZT_AF_INET6;
+	c->family = type == ZT_SOCK_STREAM ? family
+		    : type == ZT_SOCK_DGRAM && inet ? family | ZT_FAMILY_DGRAM
+						   : 0;
 	c->op = ZT_CALL_SOCKET; /* marks "inside socket()" */
 	if (zt_socket_inflight.update(&tid, c) != 0)
 		zt_stat_inc(ZT_STAT_INFLIGHT_FULL);

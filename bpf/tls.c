@@ -9,7 +9,11 @@
  *   SSL_read, SSL_write, SSL_read_ex, SSL_write_ex  uprobe + uretprobe
  *       -> struct zt_sock_data_hdr with source ZT_SRC_TLS and the plaintext
  *   SSL_do_handshake                                uprobe + uretprobe
- *       -> no event; marks the handshake's syscalls as this SSL*'s socket
+ *       -> marks the handshake's syscalls as this SSL*'s socket, and when a handshake
+ *          succeeds (returns 1), a struct zt_sock_conn_event of kind ZT_CONN_TLS_HANDSHAKE:
+ *          start_ns the SSL*'s first SSL_do_handshake entry (a non-blocking or memory-BIO
+ *          peer calls it again after each WANT_READ), end_ns that return. CPython's ssl,
+ *          and OpenSSL's own SSL_connect/SSL_accept, go through SSL_do_handshake.
  *
  * SSL* -> fd, without reading struct ssl_st (its layout is private to OpenSSL):
  *   1. socket BIO (blocking Python ssl, requests, httpx sync): the read()/write()
@@ -75,6 +79,9 @@ struct zt_ssl_pending {
 BPF_HASH(zt_tls_calls, u32, struct zt_ssl_call, ZT_MAX_INFLIGHT);
 BPF_HASH(zt_tls_fds, struct zt_ssl_key, struct zt_ssl_bind, ZT_MAX_SOCKETS);
 BPF_HASH(zt_tls_pending, u32, struct zt_ssl_pending, ZT_MAX_INFLIGHT);
+/* SSL* -> its first SSL_do_handshake entry, until a call returns 1. LRU: a handshake that
+ * never completes (peer gone, SSL* freed) is pushed out by newer ones. */
+BPF_TABLE("lru_hash", struct zt_ssl_key, u64, zt_tls_hs_start, ZT_MAX_INFLIGHT);
 
 /* When the ciphertext the last read on a TLS socket took had arrived (zt_tls_arrived), kept
  * for the next SSL read on it: a busy server reads a request late, and its plaintext event
@@ -230,6 +237,10 @@ static __always_inline int zt_ssl_enter(struct pt_regs *ctx, u8 op, u8 direction
 	c.op = op;
 	c.direction = direction;
 	c.handshake = handshake;
+	if (handshake) {
+		struct zt_ssl_key hk = {.pid = tgid, .ssl = c.ssl};
+		zt_tls_hs_start.insert(&hk, &c.start_ns); /* keeps the first entry's time */
+	}
 	if (zt_tls_calls.update(&tid, &c) != 0)
 		zt_stat_inc(ZT_STAT_INFLIGHT_FULL);
 	return 0;
@@ -267,6 +278,44 @@ static __always_inline void zt_tls_bound(u32 tgid, struct zt_ssl_key *sk, struct
 	*out = held;
 }
 
+/* A handshake completed (SSL_do_handshake returned 1): its time, from the SSL*'s first
+ * SSL_do_handshake entry, as a conn event on its socket. Not sent while no socket is known
+ * for the SSL* (a memory-BIO peer not bound yet): user space could not place it. */
+static __always_inline void zt_tls_handshake_done(u32 tgid, u32 tid, struct zt_ssl_call *st,
+						  s32 fd, u64 conn_start_ns)
+{
+	struct zt_ssl_key hk = {.pid = tgid, .ssl = st->ssl};
+	u64 *first = zt_tls_hs_start.lookup(&hk);
+	u64 start_ns = first ? *first : st->start_ns;
+	zt_tls_hs_start.delete(&hk);
+	if (fd < 0)
+		return;
+	struct zt_sock_key key = {.pid = tgid, .fd = fd};
+	struct zt_sock_info *info = zt_socket_fds.lookup(&key);
+	if (!info || info->shed)
+		return;
+	struct zt_sock_conn_event *ev = zt_socket_events.ringbuf_reserve(sizeof(*ev));
+	if (!ev) {
+		zt_stat_inc(ZT_STAT_LOST);
+		return;
+	}
+	zt_offered(sizeof(*ev));
+	__builtin_memset(ev, 0, sizeof(*ev));
+	ev->type = ZT_EVENT_SOCK_CONN;
+	ev->pid = tgid;
+	ev->tid = tid;
+	ev->fd = fd;
+	ev->cgroup_id = bpf_get_current_cgroup_id();
+	ev->start_ns = start_ns;
+	ev->end_ns = bpf_ktime_get_ns();
+	ev->ret = (s64)st->ssl;
+	ev->conn_start_ns = conn_start_ns;
+	ev->kind = ZT_CONN_TLS_HANDSHAKE;
+	ev->family = info->family;
+	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	zt_socket_events.ringbuf_submit(ev, zt_wakeup_flag(sizeof(*ev)));
+}
+
 static __always_inline int zt_ssl_exit(struct pt_regs *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
@@ -284,13 +333,16 @@ static __always_inline int zt_ssl_exit(struct pt_regs *ctx)
 	if (st.fd < 0)
 		zt_tls_bound(tgid, &sk, &bound);
 	struct zt_ssl_bind *b = bound.fd >= 0 ? &bound : 0;
+	s64 rc = PT_REGS_RC(ctx);
 	if (st.handshake) {
 		if (st.fd < 0 && !b)
 			zt_ssl_set_pending(tid, st.ssl, ZT_TLS_RECORD_HANDSHAKE);
+		if (rc == 1)
+			zt_tls_handshake_done(tgid, tid, &st, st.fd >= 0 ? st.fd : bound.fd,
+					      st.fd >= 0 ? st.conn_start_ns : bound.conn_start_ns);
 		return 0;
 	}
 
-	s64 rc = PT_REGS_RC(ctx);
 	s64 n = rc;
 	if (st.out_len) {
 		u64 done = 0;

@@ -22,6 +22,7 @@ enum zt_event_type {
 	ZT_EVENT_FILE_OPEN = 1,
 	ZT_EVENT_SOCK_DATA = 2,
 	ZT_EVENT_SOCK_CONN = 3,
+	ZT_EVENT_FILE_RW = 4,
 };
 
 /*
@@ -55,6 +56,47 @@ struct zt_file_open_event {
 
 _Static_assert(sizeof(struct zt_file_open_event) == 320,
 	       "zt_file_open_event layout changed: update fileio_decode.py");
+
+/* zt_file_rw_event.op */
+#define ZT_FILE_OP_READ  1 /* read, pread64, readv */
+#define ZT_FILE_OP_WRITE 2 /* write, pwrite64, writev */
+
+/*
+ * One completed read or write on a file descriptor that a traced openat(2) returned
+ * (fileio.c keeps (pid, fd) -> path from the open until close).
+ *
+ *   offset size field
+ *        0    4 type        ZT_EVENT_FILE_RW
+ *        4    4 pid
+ *        8    4 tid
+ *       12    4 fd
+ *       16    8 cgroup_id
+ *       24    8 start_ns    syscall entry (CLOCK_MONOTONIC)
+ *       32    8 end_ns      syscall exit
+ *       40    8 ret         bytes moved, or -errno
+ *       48    4 op          ZT_FILE_OP_*
+ *       52    4 _pad
+ *       56   16 comm
+ *       72  256 path        the path the fd was opened with, NUL-terminated
+ *      328                  total
+ */
+struct zt_file_rw_event {
+	u32 type;
+	u32 pid;
+	u32 tid;
+	s32 fd;
+	u64 cgroup_id;
+	u64 start_ns;
+	u64 end_ns;
+	s64 ret;
+	u32 op;
+	u32 _pad;
+	char comm[ZT_COMM_LEN];
+	char path[ZT_PATH_MAX];
+};
+
+_Static_assert(sizeof(struct zt_file_rw_event) == 328,
+	       "zt_file_rw_event layout changed: update fileio_decode.py");
 
 /* ---- socket family (bpf/socket.c, bpf/tls.c; decoder probes/socket_decode.py) ---- */
 
@@ -148,6 +190,9 @@ _Static_assert(sizeof(struct zt_sock_data_hdr) == 88,
 #define ZT_CONN_SHED    4 /* shed from here on (socket.c "Shedding"): its exchange is cut */
 #define ZT_CONN_TLS_BOUND 5 /* tls.c: an SSL* bound to this socket; ret = the SSL* (never
 			     * published: user space places that SSL*'s earlier calls) */
+#define ZT_CONN_TLS_HANDSHAKE 6 /* tls.c: a TLS handshake on this socket completed; start_ns its
+				 * first SSL_do_handshake entry, end_ns the successful return,
+				 * ret the SSL* */
 
 /*
  * A tracked socket appears (connect, accept) or goes (close).
@@ -164,7 +209,7 @@ _Static_assert(sizeof(struct zt_sock_data_hdr) == 88,
  *       48    8 conn_start_ns  as in zt_sock_data_hdr
  *       56    4 kind           ZT_CONN_*
  *       60    2 family         AF_INET / AF_INET6, 0 when unknown
- *       62    2 _pad
+ *       62    2 dgram          1: a UDP socket (socket.c "Datagrams"), else 0
  *       64   16 comm
  *       80   28 addr           connect: the user's struct sockaddr (remote); else zeros
  *      108    4 _pad2
@@ -182,7 +227,7 @@ struct zt_sock_conn_event {
 	u64 conn_start_ns;
 	u32 kind;
 	u16 family;
-	u16 _pad;
+	u16 dgram;
 	char comm[ZT_COMM_LEN];
 	u8 addr[28];
 	u8 _pad2[4];

@@ -71,7 +71,14 @@ def collector(args: argparse.Namespace) -> int:
     filtered = bool(args.pid or args.port or args.process or args.cgroup)
     offset = monotonic_to_epoch_offset_ns()
     sockets = filtered and not args.no_sockets
-    feeds = node_feeds(args, common.node_id, offset, follows=bool(args.pid), sockets=sockets)
+    feeds = node_feeds(
+        args,
+        common.node_id,
+        offset,
+        follows=bool(args.pid),
+        sockets=sockets,
+        file_rw=common.file_rw,
+    )
     if args.ebpf:
         print("\n".join(feeds.programs()))
         return 0

@@ -55,6 +55,7 @@ class EmbeddedNode:
         record) or "quiet" (the summary only)."""
         from zerotrace_collector.collector import Collector
         from zerotrace_correlator.pipeline import CorrelatorStep
+        from zerotrace_correlator.span_timings import FileDirs
         from zerotrace_profiler_agg.profile_step import ProfileStep
         from zerotrace_profiler_agg.settings import ProfilerAggSettings
         from zerotrace_query.indexer import Indexer
@@ -76,7 +77,9 @@ class EmbeddedNode:
         producer = broker.producer()
         raw = LoggingProducer(producer, self.raw_log) if self.raw_log else producer
         self.collector = Collector(feeds.feeds, raw, codec, keep=keep)
-        self.correlator = CorrelatorStep(codec)
+        self.correlator = CorrelatorStep(
+            codec, FileDirs.parse(common.kv_cache_dirs, common.model_dirs)
+        )
         self.profiles = ProfileStep(codec, settings.load(ProfilerAggSettings))
         self.steps = StepRunner(broker, [self.correlator, self.profiles])
         consumer = broker.consumer(names.GROUP_QUERY_INDEXER)

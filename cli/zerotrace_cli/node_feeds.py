@@ -64,6 +64,9 @@ class NodeFeeds:
         """Observe pid and what it starts from now on (after attach)."""
         if self.socket_probe is not None:
             self.socket_probe.follow_pid(pid)
+        for feed in self.feeds:
+            if feed.name == "file-open" and feed.follows:  # a FileOpenFeed that follows
+                feed.follow_pid(pid)  # type: ignore[attr-defined]
         follow_profiled(self.profiling, pid)
 
     def close(self) -> None:
@@ -96,10 +99,12 @@ def node_feeds(
     *,
     follows: bool,
     sockets: bool = True,
+    file_rw: bool = True,
 ) -> NodeFeeds:
     """Feeds for the options `args` carries (--pid, --port, socket filters, --no-files,
     --no-tls, profiling). follows: only processes given to `follow` (and their children) are
-    captured in the kernel; sockets: capture TCP traffic at all."""
+    captured in the kernel; sockets: capture TCP traffic at all; file_rw: file reads and
+    writes too, not only opens (ZEROTRACE_FILE_RW)."""
     from zerotrace_collector.feeds import FileOpenFeed, SocketFeed
     from zerotrace_collector.probes.fileio import FileOpenProbe
     from zerotrace_collector.probes.socket import SocketProbe
@@ -118,7 +123,10 @@ def node_feeds(
         )
         feeds.append(SocketFeed(socket_probe, node_id, mono_to_epoch_ns, redactor(args)))
     if not args.no_files:
-        probe = FileOpenProbe(BPF_DIR, pid_filter=args.pid)
+        # Reads and writes only of the processes observed: the host's all would flood the ring.
+        probe = FileOpenProbe(
+            BPF_DIR, pid_filter=args.pid, rw=file_rw and follows, follow=follows and file_rw
+        )
         feeds.append(FileOpenFeed(probe, node_id, mono_to_epoch_ns))
     profiling = profiling_feeds(args, BPF_DIR, node_id, mono_to_epoch_ns, follows=follows)
     return NodeFeeds(profiling + feeds, socket_probe, profiling)

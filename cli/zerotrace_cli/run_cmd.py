@@ -63,7 +63,13 @@ def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     common = settings.load(settings.CommonSettings)
     offset = monotonic_to_epoch_offset_ns()
-    feeds = node_feeds(args, common.node_id, offset, follows=bool(command or args.pid))
+    feeds = node_feeds(
+        args,
+        common.node_id,
+        offset,
+        follows=bool(command or args.pid),
+        file_rw=common.file_rw,
+    )
     if args.ebpf:
         print("\n".join(feeds.programs()))
         return 0

@@ -137,6 +137,29 @@ ATTR_OBSERVATION_POINT = "zerotrace.observation_point"  # client, server or netw
 ATTR_SOURCE_EVENTS = "zerotrace.source_events"  # raw events in all; the id list is capped
 ATTR_ERROR_MESSAGE = "zerotrace.error"
 ATTR_CAPTURE_GAP = "zerotrace.capture.truncated"
+# Where a span's time went (zerotrace_correlator/span_timings.py). OpenTelemetry has no names
+# for these; all are integers in ns or bytes, as strings. Connection set-up (DNS, connect,
+# TLS handshake) is put on the first span of the connection only: the later ones did not wait.
+ATTR_DNS_DURATION = "zerotrace.dns.duration_ns"  # the same process resolving the peer's name
+ATTR_DNS_RESOLVED_NAME = "zerotrace.dns.name"  # the name it resolved
+ATTR_CONNECT_DURATION = "zerotrace.connect.duration_ns"  # connect(2), entry to return
+ATTR_TLS_HANDSHAKE_DURATION = "zerotrace.tls.handshake.duration_ns"  # first SSL_do_handshake on
+ATTR_REQUEST_SEND_DURATION = "zerotrace.request.send.duration_ns"  # first to last request byte
+ATTR_SERVER_DURATION = "zerotrace.server.duration_ns"  # last request byte to first response byte
+ATTR_RESPONSE_TRANSFER_DURATION = "zerotrace.response.transfer.duration_ns"  # first to last
+# File reads and writes the span's thread made during the span (fileio.c ZT_FILE_RW).
+ATTR_FILE_READ_BYTES = "zerotrace.file.read.bytes"
+ATTR_FILE_READ_DURATION = "zerotrace.file.read.duration_ns"  # the calls' own time, summed
+ATTR_FILE_READ_CALLS = "zerotrace.file.read.calls"
+ATTR_FILE_WRITE_BYTES = "zerotrace.file.write.bytes"
+ATTR_FILE_WRITE_DURATION = "zerotrace.file.write.duration_ns"
+ATTR_FILE_WRITE_CALLS = "zerotrace.file.write.calls"
+ATTR_FILE_PATHS = "zerotrace.file.paths"  # the distinct paths, comma-separated, capped
+# Bytes read or written under the configured KV-cache and model directories, and which of the
+# two the span's file I/O touched ("kv_cache", "model", comma-separated: span_timings.py).
+ATTR_FILE_KV_CACHE_BYTES = "zerotrace.file.kv_cache.bytes"
+ATTR_FILE_MODEL_BYTES = "zerotrace.file.model.bytes"
+ATTR_FILE_TAGS = "zerotrace.file.tags"
 
 # DNS attributes (zerotrace_correlator/dns.py)
 PROTOCOL_DNS = "dns"

@@ -140,3 +140,21 @@ class CommonSettings:
         "Disk kept for the embedded mode's raw events under $ZEROTRACE_HOME/rawlog, newest"
         " kept, for `zerotrace replay --local` (0 = keep none).",
     )
+    kv_cache_dirs: str = setting(
+        "ZEROTRACE_KV_CACHE_DIRS",
+        "",
+        "Directories (':'-separated) whose files hold KV cache: a span's reads and writes under"
+        " them are tagged kv_cache.",
+    )
+    model_dirs: str = setting(
+        "ZEROTRACE_MODEL_DIRS",
+        "",
+        "Directories (':'-separated) of model weights: a span's file I/O under them is tagged"
+        " model.",
+    )
+    file_rw: bool = setting(
+        "ZEROTRACE_FILE_RW",
+        True,
+        "Report reads and writes on files (one event per call on a file whose open was seen),"
+        " for the file I/O on each span; off: opens only.",
+    )

@@ -67,7 +67,7 @@ def _drain(probe: FileOpenProbe, seconds: float) -> list[FileOpenSample]:
     out: list[FileOpenSample] = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        out.extend(probe.poll(50))
+        out.extend(s for s in probe.poll(50) if isinstance(s, FileOpenSample))  # opens only
     return out
 
 
@@ -115,7 +115,7 @@ def _run(probe: FileOpenProbe, children: list[subprocess.Popen[str]]) -> list[Fi
     deadline = time.monotonic() + 30
     while any(c.poll() is None for c in children):
         assert time.monotonic() < deadline, "workload did not finish in 30 s"
-        samples.extend(probe.poll(50))
+        samples.extend(s for s in probe.poll(50) if isinstance(s, FileOpenSample))
     samples.extend(_drain(probe, 0.3))
     for child in children:
         assert child.stdout is not None

@@ -11,8 +11,8 @@ The same plaintext workloads captured with `zerotrace capture` give the same spa
 
 Servers are module-scoped and each observed run (a compile of the probes, most of the time)
 serves two tests: the h2c and the gRPC workloads in one, both TLS ones in another. grpcio's
-plaintext client is an expected failure until the socket probe copies more iovecs (its
-mark says why); its spans over TLS and on the wire are right."""
+plaintext client writes its first HEADERS with 22 iovecs in one sendmsg: the socket probe
+copies from up to 32 (bpf/socket.c, ZT_MAX_IOV)."""
 
 from __future__ import annotations
 
@@ -247,13 +247,6 @@ def test_h2c_every_request_is_one_span(plain_spans: list[dict[str, Any]], server
     check_h2(of_protocol(plain_spans, names.PROTOCOL_HTTP2), servers.h2c)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bpf/socket.c copies from at most ZT_MAX_IOV=8 iovecs of a sendmsg; grpcio writes "
-    "its first HEADERS with 22 (strace), so the capture is cut, the HPACK stream lost and the "
-    "connection given up (proto.conns.parse_error). With -DZT_MAX_IOV=32 all 7 calls come out "
-    "right. Remove this mark when the probe copies more iovecs.",
-)
 def test_grpc_every_call_is_one_span(plain_spans: list[dict[str, Any]], servers: Servers) -> None:
     check_grpc(of_protocol(plain_spans, names.PROTOCOL_GRPC), servers.grpc)
 

@@ -98,9 +98,9 @@ def test_non_stream_message(codec: AvroCodec) -> None:
 
 
 def test_non_stream_message_as_the_collector_masks_it(codec: AvroCodec) -> None:
-    """Without content capture the collector masks every string of a `content` array, keys
-    too, keeping lengths (zerotrace_collector/redaction.py): the answer still counts, an
-    empty text block still does not."""
+    """Without content capture the collector masks the strings of a `content` array keeping
+    lengths, keys and kinds (zerotrace_collector/redaction.py; older collectors masked the keys
+    too): the answer still counts, an empty text block still does not."""
 
     def message(content: str) -> bytes:
         return (
@@ -113,7 +113,11 @@ def test_non_stream_message_as_the_collector_masks_it(codec: AvroCodec) -> None:
     tool = '{"****": "********", "**": "*******", "****": "***", "*****": {"****": "*"}}'
     empty = '{"****": "****", "****": ""}'  # {"type": "text", "text": ""}
     request = post(PATH, {"model": "m", "max_tokens": 64, "messages": []})
-    for content, events in ((text, 1), (tool, 1), (f"{empty}, {text}", 1), (empty, 0)):
+    kept = '{"type": "text", "text": "**********"}'  # as the collector masks it now
+    kept_empty = '{"type": "text", "text": ""}'
+    cases = [(text, 1), (tool, 1), (f"{empty}, {text}", 1), (empty, 0), (kept, 1)]
+    cases += [(kept_empty, 0), (f"{kept_empty}, {kept}", 1)]
+    for content, events in cases:
         body = message(content)
         head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}"
         answer = head.encode() + b"\r\n\r\n" + body

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from zerotrace.codec import AvroCodec
 from zerotrace_collector.cgroup import container_id_from_cgroup
-from zerotrace_collector.probes.fileio_decode import FileOpenSample
-from zerotrace_collector.records import file_open_record
+from zerotrace_collector.probes.fileio_decode import FileOpenSample, FileRwSample
+from zerotrace_collector.records import file_open_record, file_rw_record
 
 SAMPLE = FileOpenSample(
     pid=10,
@@ -23,6 +23,19 @@ def test_record_has_epoch_times_and_a_deterministic_id(codec: AvroCodec) -> None
     assert record["start_ns"] == 1_000_100 and record["end_ns"] == 1_000_250
     assert record["event_id"] == "node-a/10/11/1000100/open"
     assert record == file_open_record(SAMPLE, "node-a", 1_000_000, "c" * 64)
+    assert codec.decode(codec.encode("zerotrace.raw.FileIO", record))[1] == record
+
+
+def test_a_read_is_a_fileio_record_of_its_bytes(codec: AvroCodec) -> None:
+    sample = FileRwSample(10, 11, 4, 5, 100, 250, 4096, "READ", "python3", "/m/w.bin")
+    record = file_rw_record(sample, "node-a", 1_000_000, None)
+    assert record["event_id"] == "node-a/10/11/1000100/read"
+    assert (record["op"], record["result"], record["path"], record["flags"]) == (
+        "READ",
+        4096,
+        "/m/w.bin",
+        0,
+    )
     assert codec.decode(codec.encode("zerotrace.raw.FileIO", record))[1] == record
 
 

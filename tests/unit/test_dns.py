@@ -45,6 +45,7 @@ from zerotrace_correlator.dns import (
     DnsParser,
     Transport,
     recognise,
+    transport_of,
 )
 from zerotrace_correlator.protocol_span import REQUEST, RESPONSE, ProtocolParser, ProtoSpan
 
@@ -65,6 +66,29 @@ def exchange(transport: Transport, q: bytes, r: bytes) -> list[ProtoSpan]:
     spans += parser.feed(RESPONSE, wrap(r), 200, 250)
     assert parser.error == "" and parser.pending_queries() == 0
     return spans
+
+
+@pytest.mark.parametrize("transport", ["udp", "tcp"])
+def test_without_a_transport_the_first_query_tells_it(transport: Transport) -> None:
+    """The correlator hands a flow over without knowing UDP from TCP (protocols.py): a query
+    alone is a datagram, one behind its length is TCP; the spans are those of a parser told."""
+    q = query(0x1234, "example.com", A)
+    r = response(0x1234, "example.com", A, [a_record("192.0.2.1")])
+    wrap = tcp if transport == "tcp" else bytes
+    assert transport_of(wrap(q)) == transport
+    told = DnsParser()
+    spans = told.feed(REQUEST, wrap(q), 100, 110) + told.feed(RESPONSE, wrap(r), 200, 250)
+    assert told.transport == transport
+    assert spans == exchange(transport, q, r)
+
+
+@given(st.integers(0, 0xFFFF), st.booleans())
+def test_a_tcp_query_never_reads_as_a_datagram(qid: int, rd: bool) -> None:
+    q = query(qid, "example.com", AAAA)
+    q = q[:2] + bytes([q[2] | 0x01 if rd else q[2] & ~0x01]) + q[3:]
+    assert transport_of(q) == "udp"
+    assert transport_of(tcp(q)) == "tcp"
+    assert transport_of(tcp(q)[:2]) == "tcp"  # the length came alone
 
 
 def test_the_parser_keeps_the_protocol_parser_contract() -> None:
@@ -529,3 +553,21 @@ def test_recognise_refuses_other_protocols_and_non_queries(first: bytes) -> None
 def test_recognise_never_takes_text(text: str) -> None:
     # A query's question count is \0\1: a text protocol's first line never has a NUL.
     assert not recognise(text.encode())
+
+
+@pytest.mark.parametrize("qid", [0x1234, 0x7B22, 0x5B00, 0x2020])  # "{", "[" and spaces first
+def test_dns_over_udp_goes_through_the_correlator_whatever_its_id(qid: int) -> None:
+    """One datagram per call, as the socket probe and the packet path give UDP: the flow is
+    handed to DNS even when the query's random id starts like a JSON body (conversation.py),
+    and the span says udp."""
+    from tests.unit.http_wire import sock
+    from zerotrace_correlator.http_llm_step import HttpLlmCorrelator
+
+    correlator = HttpLlmCorrelator()
+    ask = query(qid, "api.example.com", A)
+    answer = response(qid, "api.example.com", A, [a_record("10.0.0.7")])
+    out = correlator.feed_socket(sock("EGRESS", ask, 1_000))
+    out += correlator.feed_socket(sock("INGRESS", answer, 9_000))
+    [span] = [datum for record, datum in out if record == names.DERIVED_SPAN.record]
+    assert (span["name"], span["kind"], span["status"]) == ("A api.example.com", "dns.client", "OK")
+    assert span["attributes"][names.ATTR_NETWORK_TRANSPORT] == "udp"

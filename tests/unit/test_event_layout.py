@@ -332,6 +332,7 @@ SCALARS = {
     "ZT_EVENT_FILE_OPEN": ("zerotrace_events.h", "ZT_EVENT_FILE_OPEN"),
     "ZT_EVENT_SOCK_DATA": ("zerotrace_events.h", "ZT_EVENT_SOCK_DATA"),
     "ZT_EVENT_SOCK_CONN": ("zerotrace_events.h", "ZT_EVENT_SOCK_CONN"),
+    "ZT_EVENT_FILE_RW": ("zerotrace_events.h", "ZT_EVENT_FILE_RW"),
     "ZT_EVENT_ON_CPU": ("profile.c", "ZT_EVENT_ON_CPU"),
     "ZT_EVENT_OFF_CPU": ("profile.c", "ZT_EVENT_OFF_CPU"),
     "ZT_EVENT_PROCESS_NEWS": ("profile.c", "ZT_EVENT_PROCESS_NEWS"),

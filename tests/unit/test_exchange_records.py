@@ -193,6 +193,10 @@ def test_a_plain_http_exchange_maps_field_by_field() -> None:
             names.ATTR_SOURCE_EVENTS: "7",
             names.ATTR_HTTP_STATUS: "204",
             names.ATTR_HTTP_RESPONSE_BODY_SIZE: "0",
+            # request bytes 1,000-1,200, response bytes 3,000-3,500 (span_timings.py)
+            names.ATTR_REQUEST_SEND_DURATION: "200",
+            names.ATTR_SERVER_DURATION: "1800",
+            names.ATTR_RESPONSE_TRANSFER_DURATION: "500",
         },
         "source_event_ids": ["e1", "e2"],
     }

@@ -12,8 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zerotrace_collector.errors import MalformedEvent
-from zerotrace_collector.probes.event_layout import ZT_EVENT_FILE_OPEN, peek_type
-from zerotrace_collector.probes.fileio_decode import EVENT_SIZE, FileOpenSample, decode_file_open
+from zerotrace_collector.probes.event_layout import ZT_EVENT_FILE_OPEN, ZT_EVENT_FILE_RW, peek_type
+from zerotrace_collector.probes.fileio_decode import (
+    EVENT_SIZE,
+    RW_STRUCT,
+    FileOpenSample,
+    FileRwSample,
+    decode_file_event,
+    decode_file_open,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -208,3 +215,47 @@ def test_encode_decode_round_trip(
     assert s.comm == comm.decode("utf-8", "backslashreplace")
     s.path.encode("utf-8")
     s.comm.encode("utf-8")
+
+
+# ---- zt_file_rw_event (ZT_FILE_RW) --------------------------------------------------------
+
+
+def encode_rw(op: int = 1, ret: int = 4096, start_ns: int = 10, end_ns: int = 25) -> bytes:
+    return RW_STRUCT.pack(
+        ZT_EVENT_FILE_RW, 7, 8, 5, 1, start_ns, end_ns, ret, op, 0, b"srv\0", b"/m/w.bin\0"
+    )
+
+
+def test_rw_events_decode_by_their_tag() -> None:
+    s = decode_file_event(encode_rw())
+    assert s == FileRwSample(
+        pid=7,
+        tid=8,
+        fd=5,
+        cgroup_id=1,
+        start_mono_ns=10,
+        end_mono_ns=25,
+        ret=4096,
+        op="READ",
+        comm="srv",
+        path="/m/w.bin",
+    )
+    assert s.duration_ns == 15
+    write = decode_file_event(encode_rw(op=2, ret=-5))
+    assert isinstance(write, FileRwSample) and write.op == "WRITE"
+    assert isinstance(decode_file_event(encode()), FileOpenSample)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        encode_rw(op=3),
+        encode_rw(start_ns=30, end_ns=20),
+        encode_rw()[:-1],
+        encode_rw() + b"\0" * 8,
+        encode_rw()[:72] + b"x" * 256,  # path not NUL-terminated
+    ],
+)
+def test_bad_rw_events_are_refused(raw: bytes) -> None:
+    with pytest.raises(MalformedEvent):
+        decode_file_event(raw)

@@ -2,9 +2,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from tests.unit.http_wire import chat_delta, sse, usage
+from zerotrace_collector.redaction import StreamRedactor
 from zerotrace_correlator.openai_stream import (
     MAX_ERROR_CHARS,
     MAX_JSON_BODY_BYTES,
@@ -12,28 +11,10 @@ from zerotrace_correlator.openai_stream import (
     LlmOutcome,
     LlmRequestInfo,
     ResponseAnalyzer,
-    endpoint_for,
     parse_request_body,
 )
 
 SSE = "text/event-stream"
-
-
-@pytest.mark.parametrize(
-    ("method", "target", "endpoint"),
-    [
-        ("POST", "/v1/chat/completions", "chat.completions"),
-        ("POST", "/v1/chat/completions/", "chat.completions"),
-        ("POST", "/openai/deployments/x/v1/chat/completions?api-version=1", "chat.completions"),
-        ("POST", "/v1/completions", "completions"),
-        ("POST", "/api/v1/responses", "responses"),
-        ("GET", "/v1/chat/completions", None),
-        ("POST", "/v1/embeddings", None),
-        ("POST", "/v1/chat/completions/extra", None),
-    ],
-)
-def test_endpoint_by_path_suffix(method: str, target: str, endpoint: str | None) -> None:
-    assert endpoint_for(method, target) == endpoint
 
 
 def test_request_body_full_and_cut_short() -> None:
@@ -214,6 +195,34 @@ def test_non_stream_bodies() -> None:
     analyzer.feed(json.dumps(responses).encode(), 7)
     out = analyzer.finish(7, True, None)
     assert out.timeline.count == 1 and out.output_tokens == 1 and out.finish_reason == "completed"
+
+
+def test_responses_body_as_the_collector_masks_it() -> None:
+    """Unless content is captured the collector masks the answer's text to the same length
+    (redaction.py): it still counts, as it does in what older collectors wrote (keys masked
+    too); an empty answer still does not."""
+
+    def body(parts: str) -> bytes:
+        return (
+            b'{"model": "m", "status": "completed", "output": [{"type": "message", '
+            b'"role": "assistant", "content": [' + parts.encode() + b"]}], "
+            b'"usage": {"input_tokens": 1, "output_tokens": 2}}'
+        )
+
+    text = '{"type": "output_text", "text": "Hi there", "annotations": []}'
+    empty = '{"type": "output_text", "text": "", "annotations": []}'
+    old = '{"****": "***********", "****": "********", "***********": []}'
+    old_empty = '{"****": "***********", "****": "", "***********": []}'
+    cases = [(text, 1), (empty, 0), (old, 1), (old_empty, 0)]
+    for parts, events in cases:
+        masked = StreamRedactor().redact(body(parts))
+        assert len(masked) == len(body(parts)) and b"Hi there" not in masked
+        analyzer = ResponseAnalyzer("responses", 200, "application/json")
+        analyzer.feed(masked, 7)
+        out = analyzer.finish(7, True, None)
+        assert out.timeline.count == events, parts
+        assert out.timeline.first_ns == (7 if events else None)
+        assert (out.output_tokens, out.finish_reason) == (2, "completed")
 
 
 def test_http_error_body() -> None:

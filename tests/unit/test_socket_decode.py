@@ -64,10 +64,12 @@ def data_event(
     return head + payload
 
 
-def conn_event(*, kind: int = 1, ret: int = -115, addr: bytes = b"", tag: int = 3) -> bytes:
+def conn_event(
+    *, kind: int = 1, ret: int = -115, addr: bytes = b"", tag: int = 3, dgram: int = 0
+) -> bytes:
     out = b"".join(
         [u(tag, 4), u(11, 4), u(12, 4), u(4, 4, True), u(99, 8), u(10, 8), u(30, 8),
-         u(ret, 8, True), u(10, 8), u(kind, 4), u(2, 2), u(0, 2), b"curl".ljust(16, b"\0"),
+         u(ret, 8, True), u(10, 8), u(kind, 4), u(2, 2), u(dgram, 2), b"curl".ljust(16, b"\0"),
          addr.ljust(28, b"\0"), b"\0" * 4]
     )  # fmt: skip
     assert len(out) == 112
@@ -148,6 +150,13 @@ def test_conn_connect_carries_the_remote_address() -> None:
     assert c.remote == ("10.1.2.3", 8000) and c.comm == "curl"
     closed = decode_conn(conn_event(kind=3, ret=0, addr=sockaddr_in("10.1.2.3", 8000)))
     assert closed.remote is None
+
+
+def test_a_udp_socket_is_marked_dgram() -> None:
+    """socket.c "Datagrams": a UDP socket's CONNECT (its connect() or first send) says so."""
+    dns = decode_conn(conn_event(ret=0, addr=sockaddr_in("127.0.0.53", 53), dgram=1))
+    assert (dns.dgram, dns.remote) == (True, ("127.0.0.53", 53))
+    assert decode_conn(conn_event()).dgram is False
 
 
 def test_bad_conn_events_are_malformed() -> None:

@@ -15,9 +15,10 @@ from zerotrace import names
 from zerotrace_collector.cgroup import container_id_of
 from zerotrace_collector.probes.event_layout import ConnKind
 from zerotrace_collector.probes.fileio import FileOpenProbe
+from zerotrace_collector.probes.fileio_decode import FileRwSample
 from zerotrace_collector.probes.socket import SocketProbe
 from zerotrace_collector.probes.socket_decode import SocketDataSample
-from zerotrace_collector.records import file_open_record
+from zerotrace_collector.records import file_open_record, file_rw_record
 from zerotrace_collector.redaction import Redactor
 from zerotrace_collector.socket_records import conn_event_record, socket_batch_record
 
@@ -71,10 +72,10 @@ class Feed(Protocol):
 
 class FileOpenFeed:
     name = "file-open"
-    follows = False
 
     def __init__(self, probe: FileOpenProbe, node_id: str, mono_to_epoch_ns: int) -> None:
         self.probe = probe
+        self.follows = probe.follow
         self._node_id = node_id
         self._offset_ns = mono_to_epoch_ns
 
@@ -84,9 +85,11 @@ class FileOpenFeed:
     def poll(self, timeout_ms: int) -> list[RawRecord]:
         out = []
         for sample in self.probe.poll(timeout_ms):
-            datum = file_open_record(
-                sample, self._node_id, self._offset_ns, container_id_of(sample.pid)
-            )
+            container = container_id_of(sample.pid)
+            if isinstance(sample, FileRwSample):
+                datum = file_rw_record(sample, self._node_id, self._offset_ns, container)
+            else:
+                datum = file_open_record(sample, self._node_id, self._offset_ns, container)
             out.append(
                 RawRecord(
                     names.RAW_FILEIO.name, str(sample.pid).encode(), names.RAW_FILEIO.record, datum
@@ -96,6 +99,10 @@ class FileOpenFeed:
 
     def counters(self) -> dict[str, int]:
         return {"malformed": self.probe.malformed, "lost": self.probe.lost}
+
+    def follow_pid(self, pid: int) -> None:
+        """Observe pid and what it forks from now on (the probe made with follow=True)."""
+        self.probe.follow_pid(pid)
 
     def close(self) -> None:
         self.probe.close()

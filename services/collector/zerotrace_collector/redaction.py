@@ -14,8 +14,25 @@ still hold):
 - content, unless the user opts in (OpenTelemetry's GenAI rule: message content is captured
   only on request): JSON string values of the members that carry prompt or completion text
   (``content``, ``text``, ``prompt``, ``input``, ``arguments``, ``delta``, ...), and every
-  string inside such a member's array (``"prompt": ["..", ".."]``). Model names, roles, ids,
-  finish reasons and usage stay as they are: the correlator needs them.
+  string value inside such a member's array (``"prompt": ["..", ".."]``, ``"content": [{..}]``).
+  Inside such an array the keys of the objects that are an array's elements (a part, a
+  message, an output item) are kept: a member's name there is the API's schema, never the
+  user's text (an object that is a member's value, such as a tool call's ``input``, may be
+  keyed by the user's data: it is masked whole). So is the value of such an object's ``type``
+  or ``role`` member as far as it spells a known schema word (``"text"``, ``"output_text"``,
+  ``"thinking"``, ``"user"``): readers find a part's kind and its ``text``, masked to the same
+  length. A value that is not such a word is masked from the first byte that leaves every
+  known word (decided byte by byte, so a split across calls masks what one call masks).
+  Model names, roles, ids, finish reasons and usage stay as they are: the correlator needs them.
+
+Compressed bodies (an HTTP/1 message whose head names a Content-Encoding other than
+``identity``): the scanner cannot read, so cannot mask, what is inside, and anyone reading Kafka
+could decompress it. Unless content is kept, such a body is masked whole, byte for byte; its
+framing (Content-Length, chunk-size lines) is kept, so lengths and timings still hold. The
+correlator then says why it read no tokens from it (content_encoding.py); with --keep-content
+the bytes leave as captured and the correlator decodes them. Followed only where the message's
+head is whole in one call (a head split across calls is not, and its body leaves as captured);
+a call captured in part masks the rest of the body until a new message starts.
 
 Why a scanner of trigger patterns and not an HTTP and JSON parser: it runs on every call a
 traced server makes, in the collector, before the correlator has framed anything. One C-level
@@ -130,10 +147,48 @@ _TOKEN_VALUE: Final = re.compile(rb"[A-Za-z0-9_\-.~+/=]*")
 _STRING_BODY: Final = re.compile(rb'(?:[^"\\\r\n]|\\[^\r\n])*')
 _CHUNK_LINE: Final = re.compile(rb"\r\n[0-9A-Fa-f]{1,8}(?:;[^\r\n]*)?\r\n")
 _CHUNK_LINE_START: Final = re.compile(rb"\r(?:\n[0-9A-Fa-f]{0,8}(?:;[^\r\n]*)?\r?)?\Z")
-_ARRAY_STEP: Final = re.compile(rb'[\[\]"]')
+_ARRAY_STEP: Final = re.compile(rb'[\[\]{}",:]')
+# Members of an object inside a content array whose value is kept as far as it spells one of
+# these words: the part's kind or the message's role (OpenAI chat, completions and responses;
+# Anthropic; Gemini), never the user's text.
+_SCHEMA_KEYS: Final = frozenset((b"type", b"role"))
+_SCHEMA_WORDS: Final = (
+    b"text", b"input_text", b"output_text", b"summary_text", b"reasoning_text", b"refusal",
+    b"thinking", b"redacted_thinking", b"tool_use", b"tool_result", b"server_tool_use",
+    b"web_search_tool_result", b"image", b"image_url", b"input_image", b"input_audio",
+    b"input_file", b"file", b"document", b"audio", b"message", b"reasoning", b"function_call",
+    b"function_call_output", b"search_result", b"json", b"user", b"assistant", b"system",
+    b"developer", b"tool", b"model", b"function",
+)  # fmt: skip
+_SCHEMA_PREFIXES: Final = frozenset(w[:n] for w in _SCHEMA_WORDS for n in range(len(w) + 1))
+_WORD_MAX: Final = max(len(w) for w in _SCHEMA_WORDS)
+# Open containers tracked inside a content array; deeper ones count in `_deep`, their strings
+# all masked as values (over-masking is the safe side).
+_MAX_NESTING: Final = 64
 _MESSAGE_START: Final = re.compile(rb"(?:[A-Z]{3,10} \S+ HTTP/1\.[01]\r?\n|HTTP/1\.[01] \d{3})")
 # Calls that may switch a stream to HTTP/2 (`_to_h2`): the client preface, a 101 to h2c.
 _H2_STARTS: Final = (b"PRI *", b"HTTP/1.1 101 ")
+# An HTTP/1 message's first line (group 1: a response's status), and its head's members that
+# say its body is compressed and how it is framed (on the head's bytes lowered).
+_HEAD_LINE: Final = re.compile(
+    rb"(?:[A-Z]{3,10} \S+ HTTP/1\.[01]|HTTP/1\.[01] (\d{3}))[^\r\n]*\r?\n"
+)
+_CODING: Final = re.compile(rb"\ncontent-encoding[ \t]*:[ \t]*([^\r\n]*)")
+_LENGTH: Final = re.compile(rb"\ncontent-length[ \t]*:[ \t]*(\d{1,18})[ \t]*\r?\n")
+_CHUNKED: Final = re.compile(rb"\ntransfer-encoding[ \t]*:[^\r\n]*chunked")
+# A call is looked at for a compressed body's head only when it holds one of these (C-level
+# `in`, ~0.1 us; the head's regexes cost ~1 us a call): the header name as clients and servers
+# spell it (any other mix of cases is not followed).
+_CODING_NAMES: Final = (b"ontent-encoding", b"ontent-Encoding", b"ONTENT-ENCODING")
+_MAX_SIZE_LINE: Final = 1024  # a chunk-size line longer than this: framing lost
+# Where a compressed body's masking is.
+_Z_NONE: Final = 0
+_Z_LENGTH: Final = 1  # `_zleft` bytes of body to mask
+_Z_TO_CLOSE: Final = 2  # all until a new message starts (no length, or framing lost)
+_Z_SIZE: Final = 3  # in a chunk-size line (`_zline` so far)
+_Z_DATA: Final = 4  # `_zleft` bytes of a chunk to mask
+_Z_CRLF: Final = 5  # `_zleft` bytes of a chunk's line end, kept
+_Z_LAST: Final = 6  # the last chunk's line end: then the message ends
 
 # States a stream may be left in at the end of a call.
 _NONE: Final = 0
@@ -142,7 +197,9 @@ _QUERY_OPEN: Final = 2  # inside a credential query parameter's value
 _TOKEN_OPEN: Final = 3  # inside a token-shaped value
 _STRING: Final = 4  # inside a masked JSON string
 _ARRAY: Final = 5  # inside a content array: every string masked until its `]`
-_ARRAY_STRING: Final = 6  # inside a string of such an array
+_ARRAY_STRING: Final = 6  # inside a string value of such an array: masked
+_ARRAY_KEY: Final = 7  # inside a key of an object in such an array: kept
+_ARRAY_SCHEMA: Final = 8  # inside a `type` or `role` value there: kept while a schema word
 
 
 def _prefix_len(text: bytes, at: int) -> int:
@@ -169,17 +226,24 @@ class StreamRedactor:
 
     __slots__ = (
         "_counts",
-        "_depth",
+        "_deep",
         "_escape",
+        "_expect_key",
         "_h2",
         "_http2",
         "_keep_content",
         "_pending",
         "_resume_back",
+        "_schema_key",
         "_sniffed",
+        "_stack",
         "_started",
         "_state",
         "_tail",
+        "_word",
+        "_zleft",
+        "_zline",
+        "_zmode",
     )
 
     def __init__(
@@ -198,7 +262,17 @@ class StreamRedactor:
         self._h2: H2Redactor | None = None
         self._state = _NONE
         self._escape = False  # _STRING / _ARRAY_STRING: the call ended on a backslash
-        self._depth = 0  # _ARRAY / _ARRAY_STRING: open brackets
+        # Inside a content array: its open containers (`[`, `{`), past _MAX_NESTING counted in
+        # _deep; whether the next string is an object's key; whether the last key was `type`
+        # or `role`; the current key's or schema value's bytes (bounded).
+        self._stack = bytearray()
+        self._zmode = _Z_NONE  # a compressed body being masked (unless content is kept)
+        self._zleft = 0
+        self._zline = b""
+        self._deep = 0
+        self._expect_key = False
+        self._schema_key = False
+        self._word = b""
         self._tail = b""
         self._resume_back = 0  # tail bytes to scan again on resume (a split chunk-size line)
         # A trigger ended the previous call before its value began: it is found again with
@@ -230,6 +304,10 @@ class StreamRedactor:
         shift = len(self._tail)
         text = self._tail + data if shift else data
         masks: list[tuple[int, int]] = []
+        if not self._keep_content and (
+            self._zmode != _Z_NONE or any(name in data for name in _CODING_NAMES)
+        ):
+            self._compressed(data, shift, masks, complete)
         at = self._resume(text, shift, masks) if self._state != _NONE else shift
         if self._state == _NONE:
             at = self._scan(text, shift, at, masks)
@@ -287,6 +365,91 @@ class StreamRedactor:
         )
         self._h2.redact(before)
         return head + self._h2.redact(data[start:], complete)
+
+    def _compressed(
+        self, data: bytes, shift: int, masks: list[tuple[int, int]], complete: bool
+    ) -> None:
+        """Mask the compressed bodies in *data* (a call's bytes; masks go *shift* further),
+        keeping their framing; follow them into the next calls."""
+        if self._zmode == _Z_TO_CLOSE and _MESSAGE_START.match(data):
+            self._zmode = _Z_NONE  # a new message: the body it was in ended unseen
+        at, size = 0, len(data)
+        while at < size:
+            mode = self._zmode
+            if mode == _Z_NONE:
+                at = self._compressed_head(data, at)
+                if at < 0:
+                    break
+            elif mode == _Z_TO_CLOSE:
+                masks.append((shift + at, shift + size))
+                break
+            elif mode in (_Z_LENGTH, _Z_DATA):
+                take = min(self._zleft, size - at)
+                masks.append((shift + at, shift + at + take))
+                self._zleft -= take
+                at += take
+                if not self._zleft:
+                    self._zmode, self._zleft = (_Z_NONE, 0) if mode == _Z_LENGTH else (_Z_CRLF, 2)
+            elif mode in (_Z_CRLF, _Z_LAST):
+                take = min(self._zleft, size - at)
+                self._zleft -= take
+                at += take
+                if not self._zleft:
+                    self._zmode = _Z_SIZE if mode == _Z_CRLF else _Z_NONE
+            else:  # _Z_SIZE
+                end = data.find(b"\n", at)
+                line = self._zline + data[at : size if end < 0 else end]
+                at = size if end < 0 else end + 1
+                if len(line) > _MAX_SIZE_LINE:
+                    self._zmode = _Z_TO_CLOSE
+                elif end < 0:
+                    self._zline = line
+                else:
+                    self._zline = b""
+                    digits = line.split(b";", 1)[0].strip()
+                    try:
+                        chunk = int(digits, 16)
+                    except ValueError:
+                        self._zmode = _Z_TO_CLOSE  # framing lost: the safe side
+                        continue
+                    self._zmode, self._zleft = (_Z_DATA, chunk) if chunk else (_Z_LAST, 2)
+        if not complete and self._zmode != _Z_NONE:
+            self._zmode = _Z_TO_CLOSE  # bytes not captured: where the body ends is unknown
+
+    def _compressed_head(self, data: bytes, at: int) -> int:
+        """From *at*, the next whole message head: where its body starts if compressed (the
+        mode set), or past the head; -1 when there is none in *data*."""
+        while True:
+            m = _HEAD_LINE.search(data, at)
+            if m is None:
+                return -1
+            if m.start() and data[m.start() - 1] != 0x0A:  # not at a line's start
+                at = m.end()
+                continue
+            end = data.find(b"\r\n\r\n", m.start())
+            if end < 0:
+                return -1  # a head cut by the call's end: not followed
+            body = end + 4
+            head = data[m.start() : end + 2].lower()
+            coding = _CODING.search(head)
+            if coding is None or coding.group(1).strip() in (b"", b"identity"):
+                return body
+            status = m.group(1)
+            if status is not None and (status[:1] == b"1" or status in (b"204", b"304")):
+                return body
+            length = _LENGTH.search(head)
+            if _CHUNKED.search(head):
+                self._zmode, self._zline = _Z_SIZE, b""
+            elif length is not None:
+                self._zmode, self._zleft = _Z_LENGTH, int(length.group(1))
+                if not self._zleft:
+                    self._zmode = _Z_NONE
+            elif status is not None:
+                self._zmode = _Z_TO_CLOSE
+            else:
+                return body  # a request without a length has no body
+            self._counts.content += 1
+            return body
 
     def _triggers(self, text: bytes, start: int) -> list[tuple[int, int, str]]:
         """(start, end, kind) of every trigger from *start* on, in no order."""
@@ -350,7 +513,7 @@ class StreamRedactor:
                 start = self._string(text, value, masks, _STRING)
             elif kind == "array":
                 counts.content += 1
-                self._depth = 1
+                self._stack, self._deep, self._expect_key = bytearray(b"["), 0, False
                 start = self._array(text, value, masks)
             else:
                 counts.credentials += 1
@@ -389,9 +552,13 @@ class StreamRedactor:
             return self._run(text, at, _TOKEN_VALUE, masks, _TOKEN_OPEN)
         if state == _STRING:
             return self._string(text, at, masks, _STRING)
-        if state == _ARRAY_STRING:
-            at = self._string(text, at, masks, _ARRAY_STRING)
-            if self._state == _ARRAY_STRING:
+        if state in (_ARRAY_STRING, _ARRAY_KEY):
+            at = self._string(text, at, masks, state)
+            if self._state == state:
+                return at
+        elif state == _ARRAY_SCHEMA:
+            at = self._schema(text, at, masks)
+            if self._state != _ARRAY:
                 return at
         return self._array(text, at, masks)
 
@@ -414,26 +581,37 @@ class StreamRedactor:
         """Mask a JSON string's body from *at* (just past its opening quote, or where the
         previous call left it); returns the index past its closing quote. Leaves the stream
         in *state* when the call ends inside the string, else in _NONE (_ARRAY for a string
-        of an array)."""
-        closed_state = _ARRAY if state == _ARRAY_STRING else _NONE
+        of an array). A key of an object in a content array (_ARRAY_KEY) is kept, not
+        masked, its first bytes noted in `_word`."""
+        closed_state = _NONE if state == _STRING else _ARRAY
+        key = state == _ARRAY_KEY
         if self._escape and at < len(text):
             self._escape = False
-            masks.append((at, at + 1))
+            if key:
+                self._word = b"\\"  # an escape: no schema key
+            else:
+                masks.append((at, at + 1))
             at += 1
         size = len(text)
         while True:
             end = _STRING_BODY.match(text, at).end()  # type: ignore[union-attr]
             if end > at:
-                masks.append((at, end))
+                if not key:
+                    masks.append((at, end))
+                elif len(self._word) <= _WORD_MAX:
+                    self._word += text[at : min(end, at + _WORD_MAX + 1)]
             if end == size:
                 self._state = state
                 return end
             byte = text[end]
             if byte == 0x22:  # the closing quote
                 self._state = closed_state
+                if key:
+                    self._schema_key = self._word in _SCHEMA_KEYS
                 return end + 1
             if byte == 0x5C:  # a backslash, the last byte of the call: escapes the next
-                masks.append((end, end + 1))
+                if not key:
+                    masks.append((end, end + 1))
                 self._escape = True
                 self._state = state
                 return size
@@ -449,25 +627,81 @@ class StreamRedactor:
             return end
 
     def _array(self, text: bytes, at: int, masks: list[tuple[int, int]]) -> int:
-        """Inside a content array: mask each string until the bracket that closes it."""
+        """Inside a content array: mask each string value until the bracket that closes it,
+        keeping the keys of its objects and their `type` and `role` words."""
         size = len(text)
+        stack = self._stack
         while True:
             m = _ARRAY_STEP.search(text, at)
             if m is None:
                 self._state = _ARRAY
                 return size
             byte = text[m.start()]
-            if byte == 0x22:
-                self._escape = False
-                at = self._string(text, m.end(), masks, _ARRAY_STRING)
-                if self._state == _ARRAY_STRING:
-                    return at
-                continue
-            self._depth += 1 if byte == 0x5B else -1
             at = m.end()
-            if self._depth == 0:
-                self._state = _NONE
-                return at
+            in_object = not self._deep and stack[-1:] == b"{"
+            if byte == 0x22:  # a string: a key, a schema value, or a value masked
+                self._escape = False
+                self._word = b""
+                if in_object and self._expect_key:
+                    state = _ARRAY_KEY
+                    at = self._string(text, at, masks, state)
+                elif in_object and self._schema_key:
+                    self._schema_key = False
+                    at = self._schema(text, at, masks)
+                    state = _ARRAY_SCHEMA if self._state == _ARRAY_SCHEMA else _ARRAY_STRING
+                else:
+                    state = _ARRAY_STRING
+                    at = self._string(text, at, masks, state)
+                if self._state == state:
+                    return at
+            elif byte == 0x3A:  # `:`
+                self._expect_key = False
+            elif byte == 0x2C:  # `,`
+                self._expect_key = in_object
+                self._schema_key = False
+            elif byte == 0x5B or byte == 0x7B:  # `[`, `{`
+                # An object that is an array's element (a part, a message) keeps its keys;
+                # one that is a member's value (a tool's `input`) may be keyed by the user's
+                # data: `<`, its strings all masked.
+                if byte == 0x7B and (self._deep or stack[-1:] != b"["):
+                    byte = 0x3C
+                if len(stack) < _MAX_NESTING and not self._deep:
+                    stack.append(byte)
+                else:
+                    self._deep += 1
+                self._expect_key = byte == 0x7B
+                self._schema_key = False
+            else:  # `]`, `}`
+                if self._deep:
+                    self._deep -= 1
+                elif stack:
+                    stack.pop()
+                self._expect_key = False
+                self._schema_key = False
+                if not stack:
+                    self._state = _NONE
+                    return at
+
+    def _schema(self, text: bytes, at: int, masks: list[tuple[int, int]]) -> int:
+        """A `type` or `role` value from *at*: kept while its bytes spell the start of a schema
+        word, masked as a string from the first byte that does not."""
+        word = self._word
+        size = len(text)
+        while at < size:
+            byte = text[at]
+            if byte == 0x22:
+                self._state = _ARRAY
+                return at + 1
+            longer = word + bytes((byte,))
+            if longer not in _SCHEMA_PREFIXES:
+                self._word = b""
+                self._escape = False
+                return self._string(text, at, masks, _ARRAY_STRING)
+            word = longer
+            at += 1
+        self._word = word
+        self._state = _ARRAY_SCHEMA
+        return size
 
 
 class Redactor:

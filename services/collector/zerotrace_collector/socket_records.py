@@ -123,6 +123,10 @@ def socket_data_record(
     }
 
 
+# Kinds whose duration_ns is their syscall's (connect) or calls' (TLS handshake) time.
+_TIMED = ("CONNECT", "TLS_HANDSHAKE")
+
+
 def conn_event_record(
     sample: ConnSample,
     node_id: str,
@@ -131,7 +135,8 @@ def conn_event_record(
     endpoints: Endpoints,
 ) -> dict[str, Any]:
     """ts_ns is the syscall's return; duration_ns, for CONNECT, the syscall's duration
-    (a non-blocking connect returns at once with -EINPROGRESS, so it is ~0 there)."""
+    (a non-blocking connect returns at once with -EINPROGRESS, so it is ~0 there); for
+    TLS_HANDSHAKE, from the first SSL_do_handshake entry to the successful return."""
     start_ns = sample.start_mono_ns + mono_to_epoch_ns
     kind = sample.kind.name
     return {
@@ -145,6 +150,6 @@ def conn_event_record(
         "fd": sample.fd,
         "kind": kind,
         "ts_ns": sample.end_mono_ns + mono_to_epoch_ns,
-        "duration_ns": sample.end_mono_ns - sample.start_mono_ns if kind == "CONNECT" else 0,
+        "duration_ns": sample.end_mono_ns - sample.start_mono_ns if kind in _TIMED else 0,
         **_endpoints(endpoints),
     }

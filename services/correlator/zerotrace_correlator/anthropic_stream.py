@@ -7,8 +7,9 @@ Shapes understood (Anthropic API reference, "Messages" and "Streaming Messages")
   is a non-empty `text_delta`, `thinking_delta` or `input_json_delta`), `content_block_stop`,
   `message_delta` (`delta.stop_reason`, and `usage.output_tokens`: the running total, so the
   last one wins), `message_stop` (the end), `ping` (keep-alive, not content) and `error`;
-- a whole JSON message: `content[]` blocks (their keys and strings masked by the collector
-  unless content is captured), `stop_reason`, `usage`;
+- a whole JSON message: `content[]` blocks (unless content is captured, the collector masks
+  their strings to the same length but keeps their keys and `type`; collectors before that
+  masked the keys too, and such blocks still count), `stop_reason`, `usage`;
 - an error body: {"type": "error", "error": {"type": ..., "message": ...}}.
 
 Input tokens follow OpenTelemetry's GenAI conventions (gen_ai.usage.input_tokens includes
@@ -97,10 +98,10 @@ def _block_has_output(block: dict[str, Any]) -> bool:
     if kind == "thinking":
         return as_str(block.get("thinking")) is not None
     if kind is None and block and all(_masked(key) for key in block):
-        # Unless content capture is on, the collector masks every string inside a `content`
-        # array, keys included, byte for byte (redaction.py): the block's kind is hidden, not
-        # whether it held something. Same-length keys collapse to the last one's value (a
-        # text block's `text`), so an empty text block stays empty.
+        # Collectors before keys were kept masked every string inside a `content` array,
+        # keys included, byte for byte: the block's kind is hidden, not whether it held
+        # something. Same-length keys collapse to the last one's value (a text block's
+        # `text`), so an empty text block stays empty.
         return any(block.values())
     return kind == "tool_use"
 

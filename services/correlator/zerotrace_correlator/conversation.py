@@ -21,8 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerotrace_correlator import dns, protocols
 from zerotrace_correlator import http_counters as c
-from zerotrace_correlator import protocols
+from zerotrace_correlator.content_encoding import decoding
 from zerotrace_correlator.http1 import (
     MAX_HEADER_BYTES,
     BodyGap,
@@ -252,6 +253,10 @@ class Conversation:
             # first): the plaintext comes as TLS records of the same connection.
             self.counters[c.RECORDS_TLS_BEFORE_LINK] += 1
             return False
+        if verdict is Verdict.BODY and dns.recognise(payload):
+            # A DNS query starts with a random id, which starts like a JSON body ("{", "[")
+            # once in 128 (a UDP flow's first datagram): its exact check wins.
+            verdict = Verdict.OTHER
         self._joined_late |= verdict is Verdict.RESPONSE or verdict is Verdict.BODY
         if verdict is Verdict.REQUEST:
             self._request_direction = direction
@@ -358,8 +363,11 @@ class Conversation:
             answered.response = event
             answered.response_end_ns = event.end_ns
             if answered.api is not None and event.status != 101:
-                answered._analyzer = answered.api.analyzer(
-                    answered.api.endpoint, event.status, event.header("content-type")
+                answered._analyzer = decoding(  # a compressed body decoded first, bounded
+                    answered.api.analyzer(
+                        answered.api.endpoint, event.status, event.header("content-type")
+                    ),
+                    event.header("content-encoding"),
                 )
             self._in_response = answered
         if self._interim:

@@ -47,6 +47,13 @@ MISDIRECTED_MESSAGES = "misdirected_messages"  # a query on the response side, o
 MALFORMED_RECORDS = "malformed_records"  # a record did not read: the answers stop there
 
 
+def transport_of(first_request_bytes: bytes) -> Transport:
+    """UDP when a flow's first query is a message by itself, TCP when it has a length before
+    it. Never ambiguous for what `recognise` accepts: read from a TCP message's first byte,
+    the question count is the message's flags (0x0100 with RD set, 0 without), never 1."""
+    return "udp" if dns_wire.looks_like_query(first_request_bytes) else "tcp"
+
+
 def recognise(first_request_bytes: bytes) -> bool:
     """Does a connection's first request start like a DNS query, over UDP (the message
     itself) or over TCP (after its 2-byte length)? See dns_wire.looks_like_query."""
@@ -82,8 +89,11 @@ class DnsParser:
 
     protocol = names.PROTOCOL_DNS
 
-    def __init__(self, transport: Transport) -> None:
-        self.transport: Transport = transport
+    def __init__(self, transport: Transport | None = None) -> None:
+        """transport None: told by the first bytes fed, a query (`transport_of`): the
+        correlator hands a flow over with its first datagram or TCP bytes, and does not
+        know whether a socket is UDP or TCP."""
+        self.transport: Transport | None = transport
         self._error = ""
         self._counters: dict[str, int] = {}
         # Waiting queries by (id, question name lower-cased, type), oldest first. The name is
@@ -110,6 +120,8 @@ class DnsParser:
         out: list[ProtoSpan] = []
         if self._error or not data:
             return out
+        if self.transport is None:
+            self.transport = transport_of(data) if side == REQUEST else "tcp"
         if self.transport == "udp":
             cut = data[:MAX_MESSAGE_BYTES]
             self._message(side, cut, len(cut) == len(data), start_ns, end_ns, len(data), out)
@@ -253,7 +265,9 @@ class DnsParser:
         )
 
     def _attributes(self, query: dns_wire.Message) -> dict[str, AttributeValue]:
-        attributes: dict[str, AttributeValue] = {names.ATTR_NETWORK_TRANSPORT: self.transport}
+        attributes: dict[str, AttributeValue] = {
+            names.ATTR_NETWORK_TRANSPORT: self.transport or "tcp"
+        }
         if query.question_name is not None:
             attributes[names.ATTR_DNS_QUESTION_NAME] = query.question_name
             attributes[names.ATTR_DNS_QUESTION_TYPE] = dns_wire.type_name(query.question_type)

@@ -16,6 +16,7 @@ from zerotrace import names
 from zerotrace_correlator.conversation import CLIENT, NETWORK, SERVER, Exchange
 from zerotrace_correlator.fileio_spans import stable_id
 from zerotrace_correlator.llm_metrics import ContentTimeline, compute_timings
+from zerotrace_correlator.span_timings import phase_attributes
 
 UNKNOWN_MODEL = "unknown"
 # A packet capture sees both ends; spans from it are filed as client spans (the convention
@@ -69,6 +70,12 @@ def http_span(ex: Exchange) -> dict[str, Any]:
     if response is not None:
         attributes[names.ATTR_HTTP_STATUS] = str(response.status)
         attributes[names.ATTR_HTTP_RESPONSE_BODY_SIZE] = str(ex.response_body_bytes)
+        if ex.response_end_ns is not None:
+            attributes.update(
+                phase_attributes(
+                    ex.start_ns, ex.request_end_ns, response.start_ns, ex.response_end_ns
+                )
+            )
         # OpenTelemetry HTTP conventions: 4xx fails a client span, only 5xx a server span.
         threshold = 500 if ex.observation_point == SERVER else 400
         if response.status >= threshold:

@@ -25,6 +25,13 @@ a field whose name or value is a dynamic entry we never saw has the value UNKNOW
 streams opened before we looked are skipped (counted). See http2_hpack.py for why the indices
 we know stay right.
 
+LLM requests (h2_llm.py): a stream whose request names an LLM API (llm_apis.api_for's paths,
+Triton's ModelStreamInfer) keeps its request body, bounded per stream and by
+REQUEST_BODY_BUDGET over the connection's open streams, and hands its response DATA, with the
+time of the call that carried it, to the API's reader; its span is an h2_llm.LlmProtoSpan
+with the gen_ai attributes, and the correlator makes a derived.llm record of it. Other
+streams' bodies are never kept.
+
 Bounded: the frame reader's limits (a header block of 64 KiB, SETTINGS entries, frames up to
 16 MiB streamed), each decoder's table (64 KiB), MAX_OPEN_STREAMS streams at once, and a
 decoded header list counted past MAX_HEADER_LIST_BYTES. A stream over MAX_OPEN_STREAMS gives no
@@ -39,6 +46,7 @@ from dataclasses import dataclass, field
 
 from zerotrace import names
 from zerotrace_correlator import http2_frames as f
+from zerotrace_correlator.h2_llm import LlmProtoSpan, StreamLlm, span_attributes
 from zerotrace_correlator.http2_frames import DataPiece, Frame, FrameReader
 from zerotrace_correlator.http2_hpack import MAX_TABLE_BYTES, Field, HpackDecoder, HpackError
 from zerotrace_correlator.protocol_span import (
@@ -58,6 +66,9 @@ MAX_OPEN_STREAMS = 1024
 # SETTINGS_MAX_HEADER_LIST_SIZE as servers set it (nghttp2 64 KiB, Go 1 MiB): a block decoding
 # to more is counted; the fields we keep are few and cut, so nothing grows with it.
 MAX_HEADER_LIST_BYTES = 1 << 20
+# Request bodies of LLM streams kept at once on one connection (each up to
+# h2_llm.MAX_REQUEST_BODY_BYTES): a client multiplexing many long chats gets their prefixes.
+REQUEST_BODY_BUDGET = 8 << 20
 UNKNOWN = names.UNKNOWN_VALUE
 _WANTED = frozenset(
     b":method :path :authority :status content-type grpc-status".split()
@@ -144,6 +155,7 @@ class _Stream:
     prefix: list[bytearray] = field(default_factory=lambda: [bytearray(), bytearray()])
     body_left: list[int] = field(default_factory=lambda: [0, 0])
     messages: list[int] = field(default_factory=lambda: [0, 0])
+    llm: StreamLlm | None = None  # an LLM request's analysis (h2_llm.py)
 
 
 class Http2Parser:
@@ -163,6 +175,7 @@ class Http2Parser:
         self._streams: dict[int, _Stream] = {}
         self._error = ""
         self._closed = False
+        self._llm_bodies = 0  # request body bytes kept by open LLM streams
 
     @property
     def error(self) -> str:
@@ -181,6 +194,7 @@ class Http2Parser:
 
     def buffered_bytes(self) -> int:
         blocks = sum(len(b[1]) for b in self._block.values() if b is not None)
+        blocks += sum(s.llm.buffered_bytes() for s in self._streams.values() if s.llm)
         return blocks + sum(r.buffered_bytes() for r in self._readers.values())
 
     def feed(self, side: Side, data: bytes, start_ns: int, end_ns: int) -> list[ProtoSpan]:
@@ -192,7 +206,7 @@ class Http2Parser:
         reader = self._readers[side]
         for item in reader.feed(data, start_ns):
             if isinstance(item, DataPiece):
-                self._data(side, item)
+                self._data(side, item, end_ns)
             else:
                 self._frame(side, item, end_ns, out)
             if self._error:
@@ -248,6 +262,8 @@ class Http2Parser:
                 self._count(UNKNOWN_STREAM_FRAMES)
             elif frame.flags & f.END_STREAM and side == RESPONSE:
                 out.append(self._end(frame.stream, end_ns))
+            elif frame.flags & f.END_STREAM and stream.llm is not None:  # the request's end
+                self._llm_bodies -= stream.llm.request_end()
         elif kind == f.RST_STREAM and stream is not None:
             code = int.from_bytes(frame.payload, "big")
             out.append(self._end(frame.stream, end_ns, _name(H2_ERROR_NAMES, code)))
@@ -332,7 +348,13 @@ class Http2Parser:
             self._count(UNKNOWN_STREAM_FRAMES)
         else:
             stream.response_bytes += wire - f.HEADER_BYTES - first.length
-            self._response_fields(stream, fields)
+            content_type = self._response_fields(stream, fields)
+            if stream.llm is None and stream.status and content_type:
+                stream.llm = StreamLlm.guess(
+                    stream.method, stream.path, content_type, self._counters
+                )
+            if stream.llm is not None and stream.status:
+                stream.llm.response_head(stream.status, content_type, first.start_ns)
             if first.flags & f.END_STREAM:
                 out.append(self._end(sid, end_ns))
 
@@ -343,9 +365,11 @@ class Http2Parser:
         stream = _Stream(start_ns, request_bytes=wire)
         values = self._values(fields, (b":method", b":path", b":authority", b"content-type"))
         stream.method, stream.path, stream.authority, stream.content_type = values
+        stream.llm = StreamLlm.start(stream.method, stream.path, self._counters)
         self._streams[sid] = stream
 
-    def _response_fields(self, stream: _Stream, fields: list[Field]) -> None:
+    def _response_fields(self, stream: _Stream, fields: list[Field]) -> str:
+        """Takes a response's headers or trailers; returns their content-type."""
         status, content_type, grpc = self._values(
             fields, (b":status", b"content-type", b"grpc-status")
         )
@@ -356,6 +380,7 @@ class Http2Parser:
         # In trailers an unknown field may be grpc-status; in headers it is too rare a guess.
         if grpc and (trailers or any(name == b"grpc-status" for name, _ in fields)):
             stream.grpc_status, stream.grpc_seen = grpc, True
+        return content_type
 
     def _values(self, fields: list[Field], wanted: tuple[bytes, ...]) -> tuple[str, ...]:
         """The value of each wanted field ("" when absent, UNKNOWN when a dynamic entry we
@@ -377,10 +402,16 @@ class Http2Parser:
 
     # -- DATA and gRPC messages -------------------------------------------------------------
 
-    def _data(self, side: Side, piece: DataPiece) -> None:
+    def _data(self, side: Side, piece: DataPiece, time_ns: int) -> None:
         stream = self._streams.get(piece.stream)
         if stream is None:
             return
+        if stream.llm is not None:
+            if side == REQUEST:
+                room = REQUEST_BODY_BUDGET - self._llm_bodies
+                self._llm_bodies += stream.llm.request_data(piece.data, room)
+            else:
+                stream.llm.response_data(piece.data, time_ns)
         k = 0 if side == REQUEST else 1
         prefix, data, at = stream.prefix[k], piece.data, 0
         while at < len(data):
@@ -405,6 +436,7 @@ class Http2Parser:
 
     def _span(self, s: _Stream, status: Status, end_ns: int, error_type: str) -> ProtoSpan:
         grpc = s.grpc_seen or s.content_type.startswith("application/grpc")
+        ended, reason = status == "ok", error_type or status  # before an answer's error
         attributes: dict[str, AttributeValue] = {}
         host, port = _authority(s.authority)
         if host:
@@ -437,7 +469,18 @@ class Http2Parser:
         attributes[names.ATTR_NETWORK_PROTOCOL_VERSION] = "2"
         if status == "incomplete" and self._error:
             attributes[names.ATTR_ERROR_MESSAGE] = self._error
-        return ProtoSpan(
+        llm = None
+        if s.llm is not None:
+            self._llm_bodies -= s.llm.request_end()
+            s.llm.grpc_status = s.grpc_status
+            llm = s.llm.finish(end_ns, ended, reason)
+            s.llm = None
+            if llm.counts:
+                attributes.update(span_attributes(llm))
+            if llm.counts and llm.outcome.failed and status == "ok":  # as HTTP/1.1's spans
+                status, error_type = "error", (llm.error or "error").split(":", 1)[0]
+                attributes[names.ATTR_ERROR_MESSAGE] = llm.error or ""
+        return LlmProtoSpan(
             protocol=names.PROTOCOL_GRPC if grpc else names.PROTOCOL_HTTP2,
             name=name,
             start_ns=s.start_ns,
@@ -447,6 +490,7 @@ class Http2Parser:
             error_type=error_type,
             request_bytes=s.request_bytes,
             response_bytes=s.response_bytes,
+            llm=llm,
         )
 
     def _error_from(self) -> int:

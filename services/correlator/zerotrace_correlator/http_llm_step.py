@@ -15,11 +15,13 @@ from typing import Any
 from zerotrace import names
 from zerotrace.holds import Holds
 from zerotrace_correlator import http_counters as c
-from zerotrace_correlator.conversation import Conversation, Exchange
+from zerotrace_correlator.conversation import SERVER, Conversation, Exchange
 from zerotrace_correlator.exchange_records import http_span, llm_request
+from zerotrace_correlator.h2_llm import llm_record
 from zerotrace_correlator.proto_conversation import ProtoConversation, ProtoExchange
 from zerotrace_correlator.proto_records import proto_span
 from zerotrace_correlator.socket_call import SocketCall, call_of_record
+from zerotrace_correlator.span_timings import NO_DIRS, FileDirs, SpanTimings
 
 # Connections tracked at once. An idle tracked connection costs about 3.5 KiB (measured with
 # tracemalloc), so the cap is about 230 MiB of idle state; a busy gateway holds tens of
@@ -44,8 +46,12 @@ Output = tuple[str, dict[str, Any]]
 
 class HttpLlmCorrelator:
     def __init__(
-        self, max_connections: int = MAX_CONNECTIONS, idle_timeout_ns: int = IDLE_TIMEOUT_NS
+        self,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_timeout_ns: int = IDLE_TIMEOUT_NS,
+        file_dirs: FileDirs = NO_DIRS,
     ) -> None:
+        """file_dirs: where KV-cache and model files live, to tag spans' file I/O."""
         self.max_connections = max_connections
         self.idle_timeout_ns = idle_timeout_ns
         self.counters: Counter[str] = Counter()
@@ -59,6 +65,8 @@ class HttpLlmCorrelator:
         # since it was last at rest, and its CLOSE while that waits out the grace. The caller
         # tells `holds` where each record was read (`took`); records of a capture file are not.
         self.holds = Holds()
+        # Connection set-up and file I/O put on the spans as they are made (span_timings.py).
+        self.timings = SpanTimings(file_dirs, self.counters)
 
     @property
     def connections(self) -> int:
@@ -87,7 +95,7 @@ class HttpLlmCorrelator:
                 evicted, oldest = self._conns.popitem(last=False)
                 self._forget(evicted)
                 self.counters[c.CONNS_EVICTED] += 1
-                out += _records(oldest.close("evicted: connection table full"))
+                out += _records(oldest.close("evicted: connection table full"), self.timings)
             conv = self._conns[conn_id] = Conversation(conn_id, self.counters)
         else:
             self._conns.move_to_end(conn_id)
@@ -99,7 +107,7 @@ class HttpLlmCorrelator:
                 self._conns[conn_id] = conv
                 done += conv.feed(call)
             if done:
-                out += _records(done)
+                out += _records(done, self.timings)
             if conv.at_rest:
                 self.holds.release(key)
             else:
@@ -114,16 +122,19 @@ class HttpLlmCorrelator:
 
     def feed_conn(self, record: Mapping[str, Any]) -> list[Output]:
         """One zerotrace.raw.ConnEvent datum. CLOSE flushes the connection. CONNECT and
-        ACCEPT change nothing: a conversation starts with its first bytes, and conn_id holds
-        the socket cookie, so a reused fd is a new connection anyway (and raw.conn may be
-        read a little out of step with raw.socket, so they must not reset one).
+        TLS_HANDSHAKE only give their times to the connection's first span (span_timings.py);
+        CONNECT and ACCEPT change nothing else: a conversation starts with its first bytes, and
+        conn_id holds the socket cookie, so a reused fd is a new connection anyway (and raw.conn
+        may be read a little out of step with raw.socket, so they must not reset one).
 
         SHED (the collector shed the connection from there on, socket.c "Shedding") ends it
         like a CLOSE, after the same grace for its last records, but what it had in progress
         is dropped and counted, not reported half: the exchange was cut by zerotrace, not by
         the peers."""
+        # A first span made before its connection's set-up times were read: made again.
+        late = [(names.DERIVED_SPAN.record, span) for span in self.timings.on_conn(record)]
         if record["kind"] not in ("CLOSE", "SHED"):
-            return []
+            return late
         # Kept even when no data of the connection came yet: a worker that starts on a
         # backlog may read raw.conn ahead of raw.socket, and a client that closes right after
         # the last SSE event (no terminating chunk) ends its exchange only by this CLOSE.
@@ -153,7 +164,7 @@ class HttpLlmCorrelator:
     def _end(self, conv: Conversation | ProtoConversation, shed: bool) -> list[Output]:
         if not shed:
             self.counters[c.CONNS_CLOSED] += 1
-            return _records(conv.close("connection closed"))
+            return _records(conv.close("connection closed"), self.timings)
         self.counters[c.CONNS_SHED] += 1
         aborted = self.counters[c.EXCHANGES_ABORTED]
         self.counters[c.EXCHANGES_SHED] += len(conv.close("shed by the collector"))
@@ -162,8 +173,10 @@ class HttpLlmCorrelator:
 
     def advance(self, now_ns: int) -> list[Output]:
         """Event time has reached now_ns: drop connections idle for the idle timeout. Scans
-        from the least recently active and stops at the first live one."""
-        out: list[Output] = self._close_due(now_ns)
+        from the least recently active and stops at the first live one. Spans whose file
+        calls were read after them are made again with them (span_timings.py)."""
+        out: list[Output] = [(names.DERIVED_SPAN.record, s) for s in self.timings.late_spans()]
+        out += self._close_due(now_ns)
         while self._conns:
             conn_id, conv = next(iter(self._conns.items()))
             if now_ns - conv.last_ns < self.idle_timeout_ns:
@@ -171,7 +184,7 @@ class HttpLlmCorrelator:
             del self._conns[conn_id]
             self._forget(conn_id)
             self.counters[c.CONNS_IDLE_TIMEOUT] += 1
-            out += _records(conv.close("idle timeout"))
+            out += _records(conv.close("idle timeout"), self.timings)
         return out
 
     def flush(self, reason: str = "end of input") -> list[Output]:
@@ -186,17 +199,22 @@ class HttpLlmCorrelator:
         self.holds.clear()
         while self._conns:
             _, conv = self._conns.popitem(last=False)
-            out += _records(conv.close(reason))
+            out += _records(conv.close(reason), self.timings)
+        out += [(names.DERIVED_SPAN.record, s) for s in self.timings.late_spans()]
         return out
 
 
-def _records(exchanges: Sequence[Exchange | ProtoExchange]) -> list[Output]:
+def _records(exchanges: Sequence[Exchange | ProtoExchange], timings: SpanTimings) -> list[Output]:
     out: list[Output] = []
     for ex in exchanges:
-        if isinstance(ex, ProtoExchange):
-            out.append((names.DERIVED_SPAN.record, proto_span(ex)))
+        span = proto_span(ex) if isinstance(ex, ProtoExchange) else http_span(ex)
+        timings.annotate(ex.conn_id, span, server=ex.observation_point == SERVER)
+        out.append((names.DERIVED_SPAN.record, span))
+        if isinstance(ex, ProtoExchange):  # HTTP/2 and gRPC LLM streams (h2_llm.py)
+            proto_llm = llm_record(ex.span, span["span_id"], ex.origin, ex.observation_point)
+            if proto_llm is not None:
+                out.append((names.DERIVED_LLM.record, proto_llm))
             continue
-        out.append((names.DERIVED_SPAN.record, http_span(ex)))
         llm = llm_request(ex)
         if llm is not None:
             out.append((names.DERIVED_LLM.record, llm))

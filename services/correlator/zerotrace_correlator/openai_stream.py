@@ -26,12 +26,6 @@ from zerotrace_correlator.sse import SseDecoder, SseEvent
 ENDPOINT_CHAT = "chat.completions"
 ENDPOINT_COMPLETIONS = "completions"
 ENDPOINT_RESPONSES = "responses"
-# Suffix match, so gateway prefixes (/openai/deployments/x/v1/chat/completions) count too.
-_SUFFIXES = (
-    ("/v1/chat/completions", ENDPOINT_CHAT),
-    ("/v1/completions", ENDPOINT_COMPLETIONS),
-    ("/v1/responses", ENDPOINT_RESPONSES),
-)
 # A request or non-streamed response body is kept this far for its JSON. Chat requests with
 # long histories reach hundreds of KiB; past 1 MiB (images inlined as base64) we keep the
 # prefix and read the model from it with a pattern instead.
@@ -55,17 +49,6 @@ _RESPONSES_FINAL = {"response.completed", "response.incomplete", "response.faile
 _MODEL_PATTERN = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.){1,256})"')
 _STREAM_PATTERN = re.compile(rb'"stream"\s*:\s*(true|false)')
 _JSON = json.JSONDecoder()
-
-
-def endpoint_for(method: str, target: str) -> str | None:
-    """The OpenAI endpoint a request line names, or None."""
-    if method != "POST":
-        return None
-    path = target.split("?", 1)[0].rstrip("/")
-    for suffix, endpoint in _SUFFIXES:
-        if path.endswith(suffix):
-            return endpoint
-    return None
 
 
 @dataclass(frozen=True)
@@ -318,11 +301,19 @@ def _responses_body_has_output(obj: dict[str, Any]) -> bool:
     for item in output if isinstance(output, list) else ():
         parts = item.get("content") if isinstance(item, dict) else None
         for part in parts if isinstance(parts, list) else ():
-            if isinstance(part, dict) and _str(part.get("text")):
+            # Unless content is captured the collector masks the text to the same length,
+            # keeping the keys (redaction.py); collectors before masked the keys too: a part
+            # all of whose keys are `*` held text if a value is non-empty.
+            if isinstance(part, dict) and (_str(part.get("text")) or _all_masked(part)):
                 return True
         if isinstance(item, dict) and _str(item.get("arguments")):
             return True
     return False
+
+
+def _all_masked(part: dict[str, Any]) -> bool:
+    keys = part.keys()
+    return bool(part) and all(k and k.count("*") == len(k) for k in keys) and any(part.values())
 
 
 def _message(obj: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from zerotrace.step import Held, Output, StepCounters
 from zerotrace_correlator.fileio_spans import file_open_span
 from zerotrace_correlator.http_llm_step import HttpLlmCorrelator
 from zerotrace_correlator.socket_call import calls_of_batch
+from zerotrace_correlator.span_timings import NO_DIRS, FileDirs
 
 CONSUMER = names.GROUP_CORRELATOR
 INPUT_TOPICS = (names.RAW_FILEIO.name, names.RAW_SOCKET.name, names.RAW_CONN.name)
@@ -45,9 +46,10 @@ class CorrelatorStep:
     group = CONSUMER
     input_topics = INPUT_TOPICS
 
-    def __init__(self, codec: AvroCodec) -> None:
+    def __init__(self, codec: AvroCodec, file_dirs: FileDirs = NO_DIRS) -> None:
+        """file_dirs: the KV-cache and model directories whose file I/O spans tag."""
         self._codec = codec
-        self.http = HttpLlmCorrelator()
+        self.http = HttpLlmCorrelator(file_dirs=file_dirs)
         self.step_counters = StepCounters()
         self._event_time_ns = 0
         self._advanced_at_ns = 0
@@ -115,6 +117,8 @@ class CorrelatorStep:
         source: tuple[str, int] = ("record", 0),
     ) -> list[Output]:
         if record == names.RAW_FILEIO.record:
+            if self.http.timings.on_file(datum):
+                return []  # a read or write: put on the span its thread serves, not one itself
             span = file_open_span(datum)
             value = self._codec.encode(names.DERIVED_SPAN.record, span)
             return [Output(names.DERIVED_SPAN.name, span["trace_id"].encode(), value)]
@@ -150,6 +154,7 @@ class CorrelatorStep:
         for record, datum in derived:
             if record == names.DERIVED_SPAN.record:
                 topic, key = names.DERIVED_SPAN.name, str(datum["trace_id"])
+                self.http.timings.on_span(datum)
             elif record == names.DERIVED_LLM.record:
                 topic, key = names.DERIVED_LLM.name, str(datum["service"])
             else:

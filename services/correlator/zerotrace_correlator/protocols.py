@@ -35,7 +35,8 @@ PROTOCOLS: tuple[ProtocolEntry, ...] = (
         names.PROTOCOL_MYSQL, mysql.recognise, mysql.MySqlParser, mysql_wire.sent_by_server
     ),
     ProtocolEntry(names.PROTOCOL_KAFKA, kafka_wire.recognise, kafka_wire.KafkaWireParser),
-    ProtocolEntry(names.PROTOCOL_DNS, dns.recognise, lambda: dns.DnsParser("tcp")),
+    # UDP or TCP, told by the first query (dns.transport_of).
+    ProtocolEntry(names.PROTOCOL_DNS, dns.recognise, dns.DnsParser),
     # Last: its check of a connection joined mid-way (frame headers) is the loosest.
     ProtocolEntry(
         names.PROTOCOL_HTTP2,

@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 from zerotrace.errors import ConfigError, FeatureUnavailable
 from zerotrace_collector.packets.captured import CapturedPacket
-from zerotrace_collector.packets.decode import TcpPacket, decode_tcp
+from zerotrace_collector.packets.decode import TcpPacket, UdpPacket, decode_packet
 from zerotrace_collector.packets.link import LINKTYPE_ETHERNET, LINKTYPE_RAW
 from zerotrace_collector.packets.pcap import DEFAULT_SNAPLEN, PcapWriter
 from zerotrace_collector.packets.time_order import TimeOrder
@@ -120,11 +120,14 @@ def open_capture_socket(interface: str) -> tuple[socket.socket, int]:
 
 
 def port_matches(packet: CapturedPacket, port: int | None) -> bool:
-    """True when there is no port filter, or the frame is TCP from or to that port."""
+    """True when there is no port filter, or the frame is TCP or UDP from or to that port."""
     if port is None:
         return True
-    decoded = decode_tcp(packet)
-    return isinstance(decoded, TcpPacket) and port in (decoded.src_port, decoded.dst_port)
+    decoded = decode_packet(packet)
+    return isinstance(decoded, TcpPacket | UdpPacket) and port in (
+        decoded.src_port,
+        decoded.dst_port,
+    )
 
 
 def live_packets(

@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 
 from zerotrace_collector.packets.capture_file import iter_capture
 from zerotrace_collector.packets.captured import CapturedPacket, ReadReport
-from zerotrace_collector.packets.decode import TcpPacket, decode_tcp
+from zerotrace_collector.packets.decode import TcpPacket, UdpPacket, decode_packet
 from zerotrace_collector.packets.flows_to_records import (
     MAX_PAYLOAD,
     SOCKET_DATA,
@@ -37,6 +37,7 @@ from zerotrace_collector.packets.tcp_reassembly import (
     ReassemblyLimits,
     TcpReassembler,
 )
+from zerotrace_collector.packets.udp_flows import DNS_PORT, UdpEvent, UdpFlows
 from zerotrace_collector.redaction import Redactor
 
 
@@ -44,8 +45,9 @@ from zerotrace_collector.redaction import Redactor
 class AnalysisCounters:
     packets: int = 0  # captured packets read
     tcp: int = 0  # of which TCP segments, fed to reassembly
+    udp: int = 0  # of which UDP datagrams to or from a wanted port (udp_flows.py)
     non_ip: int = 0
-    non_tcp: int = 0
+    non_tcp: int = 0  # nor UDP of a wanted port
     fragments: int = 0
     malformed: int = 0
     unsupported_link: int = 0
@@ -77,18 +79,28 @@ class PcapAnalysis:
         limits: ReassemblyLimits = DEFAULT_LIMITS,
         max_payload: int = MAX_PAYLOAD,
         redactor: Redactor | None = None,
+        udp_ports: Iterable[int] = (DNS_PORT,),
     ) -> None:
+        """udp_ports: UDP datagrams to or from these ports become flows (udp_flows.py)."""
         self.node_id = node_id
         self.max_payload = max_payload
         # Credentials (and content, unless kept) masked in every record, as for live sockets.
         self.redactor = redactor if redactor is not None else Redactor()
         self.reassembler = TcpReassembler(limits)
+        self.udp = UdpFlows(udp_ports)
         self.counters = AnalysisCounters()
         self.read = ReadReport()
 
     def feed(self, packet: CapturedPacket) -> list[Record]:
         self.counters.packets += 1
-        decoded = decode_tcp(packet)
+        decoded = decode_packet(packet)
+        if isinstance(decoded, UdpPacket):
+            if not self.udp.wanted(decoded):
+                self.counters.non_tcp += 1
+                return []
+            self.counters.udp += 1
+            self.counters.snapped += decoded.snapped
+            return self._convert(self.udp.feed(decoded))
         if not isinstance(decoded, TcpPacket):
             name = _SKIP_COUNTER[decoded]
             setattr(self.counters, name, getattr(self.counters, name) + 1)
@@ -99,7 +111,7 @@ class PcapAnalysis:
 
     def finish(self) -> list[Record]:
         """End of input: closes every connection still open."""
-        return self._convert(self.reassembler.finish())
+        return self._convert([*self.reassembler.finish(), *self.udp.finish()])
 
     def records_from_packets(self, packets: Iterable[CapturedPacket]) -> Iterator[Record]:
         for packet in packets:
@@ -120,6 +132,9 @@ class PcapAnalysis:
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = self.counters.as_dict(self.reassembler.counters)
+        out.update(
+            {f"udp_{k}" if k == "evicted" else k: v for k, v in vars(self.udp.counters).items()}
+        )
         out.update(self.redactor.counters())
         out["format"] = self.read.format
         out["problem"] = self.read.problem
@@ -128,7 +143,7 @@ class PcapAnalysis:
     def _records_of(self, stream: BinaryIO) -> Iterator[Record]:
         yield from self.records_from_packets(iter_capture(stream, self.read))
 
-    def _convert(self, events: Iterable[FlowEvent]) -> list[Record]:
+    def _convert(self, events: Iterable[FlowEvent | UdpEvent]) -> list[Record]:
         out = [r for e in events for r in records_from_event(e, self.node_id, self.max_payload)]
         self.counters.records += len(out)
         redactor = self.redactor

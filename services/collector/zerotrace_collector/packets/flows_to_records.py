@@ -10,6 +10,8 @@ is shared. Conventions, as seen from the client's socket:
   payload_truncated True; tcp_seq is the sequence number of the first byte (missing or not).
 - conn_id: node, 5-tuple and the time of the connection's first packet (its SYN when captured),
   so a replay of the same capture gives the same ids; event ids add direction and stream offset.
+- UDP (udp_flows.py): a flow's datagrams are its records, one each, with tcp_seq null; conn_id
+  says `udp` where a TCP one says `tcp`, event ids count datagrams per direction.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from zerotrace_collector.packets.tcp_reassembly import (
     FlowId,
     FlowOpened,
 )
+from zerotrace_collector.packets.udp_flows import Datagram
 
 # A piece longer than this becomes several records: Kafka's default message limit is 1 MiB and
 # the eBPF path captures far less per call, so 64 KiB keeps records comparable and small.
@@ -39,13 +42,16 @@ Record = tuple[str, dict[str, Any]]
 
 
 def conn_id(node_id: str, flow: FlowId) -> str:
-    return f"{node_id}/tcp/{_addr(flow.client)}-{_addr(flow.server)}/{flow.opened_ns}"
+    transport = flow.transport
+    return f"{node_id}/{transport}/{_addr(flow.client)}-{_addr(flow.server)}/{flow.opened_ns}"
 
 
 def records_from_event(
-    event: FlowEvent, node_id: str, max_payload: int = MAX_PAYLOAD
+    event: FlowEvent | Datagram, node_id: str, max_payload: int = MAX_PAYLOAD
 ) -> Iterator[Record]:
-    if isinstance(event, DataPiece):
+    if isinstance(event, Datagram):
+        yield SOCKET_DATA, datagram_record(event, node_id, max_payload)
+    elif isinstance(event, DataPiece):
         yield from socket_data_records(event, node_id, max_payload)
     elif isinstance(event, FlowOpened):
         yield CONN_EVENT, conn_event_record(event.flow, node_id, "CONNECT", event.ts_ns)
@@ -90,6 +96,34 @@ def socket_data_records(
                 **_addresses(piece.flow),
             },
         )
+
+
+def datagram_record(
+    datagram: Datagram, node_id: str, max_payload: int = MAX_PAYLOAD
+) -> dict[str, Any]:
+    cid = conn_id(node_id, datagram.flow)
+    direction = "EGRESS" if datagram.direction is Direction.CLIENT_TO_SERVER else "INGRESS"
+    payload = datagram.data[:max_payload]
+    return {
+        "event_id": f"{cid}/{datagram.direction.value}/{datagram.index}",
+        "node_id": node_id,
+        "pid": UNKNOWN_PID,
+        "tid": UNKNOWN_PID,
+        "process_name": "",
+        "container_id": None,
+        "conn_id": cid,
+        "fd": UNKNOWN_FD,
+        "direction": direction,
+        "source": "PACKET",
+        "start_ns": datagram.ts_ns,
+        "end_ns": datagram.ts_ns,
+        "bytes": datagram.size,
+        "payload": payload,
+        "payload_truncated": len(payload) < datagram.size,
+        "tcp_seq": None,
+        "waited_ns": None,
+        **_addresses(datagram.flow),
+    }
 
 
 def conn_event_record(flow: FlowId, node_id: str, kind: str, ts_ns: int) -> dict[str, Any]:

@@ -73,6 +73,11 @@ def tcp_header(
     return segment[:16] + struct.pack("!H", value) + segment[18:]
 
 
+def udp(src_port: int, dst_port: int, payload: bytes) -> bytes:
+    """A UDP header and payload (checksum 0: "none", which IPv4 allows and decoders ignore)."""
+    return struct.pack("!HHHH", src_port, dst_port, 8 + len(payload), 0) + payload
+
+
 def ipv4(
     src: str,
     dst: str,

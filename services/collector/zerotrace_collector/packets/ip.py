@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from zerotrace_collector.packets.skip import Skip
 
 PROTO_TCP = 6
+PROTO_UDP = 17
 # IPv6 extension headers with the generic (next header, length in 8-byte units - 1) layout:
 # hop-by-hop, routing, destination options, mobility, HIP, shim6.
 _GENERIC_EXT = (0, 43, 60, 135, 139, 140)

@@ -103,7 +103,9 @@ class FlowId:
     client: Endpoint
     server: Endpoint
     # Its SYN's time; when the SYN was not captured, its SYN-ACK's, or else its first packet's.
+    # For a UDP flow (udp_flows.py), its first datagram's.
     opened_ns: int
+    transport: str = "tcp"  # "udp" for udp_flows.py's flows
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ __all__ = [
     "PATH_MAX",
     "PY_STACK_HEAD",
     "ZT_EVENT_FILE_OPEN",
+    "ZT_EVENT_FILE_RW",
     "ZT_EVENT_GPU_CALL",
     "ZT_EVENT_GPU_LIB",
     "ZT_EVENT_OFF_CPU",
@@ -70,6 +71,7 @@ RawEvent: TypeAlias = bytes | bytearray | memoryview
 ZT_EVENT_FILE_OPEN: Final = 1
 ZT_EVENT_SOCK_DATA: Final = 2
 ZT_EVENT_SOCK_CONN: Final = 3
+ZT_EVENT_FILE_RW: Final = 4
 ZT_EVENT_ON_CPU: Final = 0x10
 ZT_EVENT_OFF_CPU: Final = 0x11
 ZT_EVENT_PROCESS_NEWS: Final = 0x12
@@ -146,6 +148,7 @@ class ConnKind(IntEnum):
     CLOSE = 3
     SHED = 4  # shed from here on: the exchange in progress is cut (socket.c "Shedding")
     TLS_BOUND = 5  # tls.c: ret holds an SSL* now bound to this socket (tls_placement)
+    TLS_HANDSHAKE = 6  # tls.c: a handshake completed; start..end its SSL_do_handshake calls
 
 
 # ---- struct zt_py_stack, the tail of profile and GPU call records -----------------------

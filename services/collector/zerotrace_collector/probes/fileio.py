@@ -1,4 +1,5 @@
-"""bcc shell around ``bpf/fileio.c``: one :class:`FileOpenSample` per ``openat(2)``.
+"""bcc shell around ``bpf/fileio.c``: one :class:`FileOpenSample` per ``openat(2)``, and
+with ``rw=True`` one :class:`FileRwSample` per read or write on a file so opened.
 
 All decoding lives in :mod:`.fileio_decode`; this module only compiles, attaches,
 polls and tears down.  bcc is imported lazily inside :meth:`FileOpenProbe.attach`
@@ -19,7 +20,7 @@ from .bcc_loader import (
     bcc_for,
     compile_program,
 )
-from .fileio_decode import FileOpenSample, decode_file_open
+from .fileio_decode import FileOpenSample, FileRwSample, decode_file_event
 
 __all__ = ["FileOpenProbe"]
 
@@ -31,6 +32,12 @@ STAT_LOST: Final = 0
 STAT_INFLIGHT_FULL: Final = 1
 
 _TRACEPOINTS: Final = (("syscalls", "sys_enter_openat"), ("syscalls", "sys_exit_openat"))
+_RW_CALLS: Final = ("read", "write", "pread64", "pwrite64", "readv", "writev")
+_RW_TRACEPOINTS: Final = (
+    ("syscalls", "sys_enter_close"),
+    *(("syscalls", f"sys_{edge}_{call}") for call in _RW_CALLS for edge in ("enter", "exit")),
+)
+_FOLLOW_TRACEPOINTS: Final = (("sched", "sched_process_fork"), ("sched", "sched_process_exit"))
 _RINGBUF_MIN_KERNEL: Final = (5, 8)
 
 
@@ -63,7 +70,12 @@ class FileOpenProbe(AttachedProbe):
         *,
         self_pid: int | None = None,
         ringbuf_pages: int = 256,
+        rw: bool = False,
+        follow: bool = False,
     ) -> None:
+        """rw: also report reads and writes (bpf/fileio.c ZT_FILE_RW): one event per call on
+        a file whose open was seen, for span_timings' per-span file I/O. follow: only the
+        processes given to :meth:`follow_pid` and those they fork."""
         if pid_filter < 0:
             raise ValueError(f"pid_filter must be >= 0, got {pid_filter}")
         if ringbuf_pages <= 0 or ringbuf_pages & (ringbuf_pages - 1):
@@ -72,6 +84,8 @@ class FileOpenProbe(AttachedProbe):
         self.pid_filter = pid_filter
         self.self_pid = os.getpid() if self_pid is None else self_pid
         self.ringbuf_pages = ringbuf_pages
+        self.rw = rw
+        self.follow = follow
         self.use_perfbuf = _kernel_version() < _RINGBUF_MIN_KERNEL
         self.malformed = 0
         """Events received but rejected by the decoder."""
@@ -79,7 +93,7 @@ class FileOpenProbe(AttachedProbe):
         self._lost_base = 0
         self._lost_at_close = 0
         self._bpf: Any = None
-        self._pending: list[FileOpenSample] = []
+        self._pending: list[FileOpenSample | FileRwSample] = []
 
     # -- program -------------------------------------------------------------
 
@@ -90,6 +104,8 @@ class FileOpenProbe(AttachedProbe):
             f"-DZT_SELF_PID={self.self_pid}",
             f"-DZT_RINGBUF_PAGES={self.ringbuf_pages}",
             f"-DZT_USE_PERFBUF={int(self.use_perfbuf)}",
+            f"-DZT_FILE_RW={int(self.rw)}",
+            f"-DZT_FOLLOW={int(self.follow)}",
         ]
 
     # -- lifecycle -----------------------------------------------------------
@@ -99,7 +115,12 @@ class FileOpenProbe(AttachedProbe):
         if self._bpf is not None:
             return
         bpf = compile_program(
-            bcc_for("file-open probe", _TRACEPOINTS),
+            bcc_for(
+                "file-open probe",
+                _TRACEPOINTS
+                + (_RW_TRACEPOINTS if self.rw else ())
+                + (_FOLLOW_TRACEPOINTS if self.follow else ()),
+            ),
             self._source(),
             self.cflags(),
             self.source_path,
@@ -120,6 +141,13 @@ class FileOpenProbe(AttachedProbe):
         # and open_perf_buffer fail to submit; nobody was listening yet, so not "lost".
         self._lost_base = self._stat(STAT_LOST) + self._stat(STAT_INFLIGHT_FULL)
 
+    def follow_pid(self, pid: int) -> None:
+        """Trace `pid` and, from now on, every process it forks (needs follow=True)."""
+        if self._bpf is None or not self.follow:
+            raise RuntimeError("follow_pid() needs follow=True and attach() first")
+        table = self._bpf[b"zt_follow"]
+        table[table.Key(pid)] = table.Leaf(1)
+
     def close(self) -> None:
         """Detach and free the BPF program. Safe to call more than once."""
         if self._bpf is None:
@@ -133,7 +161,7 @@ class FileOpenProbe(AttachedProbe):
     def _accept(self, data: int, size: int) -> None:
         raw = ctypes.string_at(data, size)
         try:
-            self._pending.append(decode_file_open(raw))
+            self._pending.append(decode_file_event(raw))
         except MalformedEvent:
             self.malformed += 1
 
@@ -147,7 +175,7 @@ class FileOpenProbe(AttachedProbe):
     def _on_perf_lost(self, count: int) -> None:
         self._perf_lost += count
 
-    def poll(self, timeout_ms: int) -> list[FileOpenSample]:
+    def poll(self, timeout_ms: int) -> list[FileOpenSample | FileRwSample]:
         """Wait up to *timeout_ms* (-1 = forever) and return the samples received."""
         if self._bpf is None:
             raise RuntimeError("poll() before attach()")

@@ -1,4 +1,5 @@
-"""Decode raw ``struct zt_file_open_event`` records (see ``bpf/zerotrace_events.h``).
+"""Decode raw ``struct zt_file_open_event`` and ``struct zt_file_rw_event`` records (see
+``bpf/zerotrace_events.h``); :func:`decode_file_event` picks by the type tag.
 
 Pure Python: no bcc import, safe to use in unit tests and offline tools.
 
@@ -16,6 +17,10 @@ Wire layout (host byte order, little-endian; no implicit padding)::
      48    16  char comm[16]    NUL-terminated
      64   256  char path[256]   NUL-terminated
     320        total
+
+``zt_file_rw_event`` (ZT_EVENT_FILE_RW, 4): type, pid, tid, s32 fd, cgroup_id, start_ns,
+end_ns, s64 ret (bytes or -errno), u32 op (1 read, 2 write), u32 pad, comm[16], path[256];
+328 bytes.
 """
 
 from __future__ import annotations
@@ -25,12 +30,21 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..errors import MalformedEvent
-from .event_layout import COMM_LEN, MAX_TRAILING, PATH_MAX, ZT_EVENT_FILE_OPEN, RawEvent
+from .event_layout import (
+    COMM_LEN,
+    MAX_TRAILING,
+    PATH_MAX,
+    ZT_EVENT_FILE_OPEN,
+    ZT_EVENT_FILE_RW,
+    RawEvent,
+)
 
 __all__ = [
     "EVENT_SIZE",
     "EVENT_STRUCT",
     "FileOpenSample",
+    "FileRwSample",
+    "decode_file_event",
     "decode_file_open",
 ]
 
@@ -39,6 +53,12 @@ EVENT_SIZE: Final = EVENT_STRUCT.size
 
 if EVENT_SIZE != 320:  # pragma: no cover - guards edits to the format string
     raise ImportError("zt_file_open_event layout drifted from bpf/zerotrace_events.h")
+
+RW_STRUCT: Final = struct.Struct(f"<IIIiQQQqII{COMM_LEN}s{PATH_MAX}s")
+if RW_STRUCT.size != 328:  # pragma: no cover - guards edits to the format string
+    raise ImportError("zt_file_rw_event layout drifted from bpf/zerotrace_events.h")
+# zt_file_rw_event.op (ZT_FILE_OP_*) -> raw.fileio's FileOp
+RW_OPS: Final = {1: "READ", 2: "WRITE"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +87,64 @@ class FileOpenSample:
     @property
     def ok(self) -> bool:
         return self.ret >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class FileRwSample:
+    """One completed read or write on a file descriptor whose open the probe saw."""
+
+    pid: int
+    tid: int
+    fd: int
+    cgroup_id: int
+    start_mono_ns: int
+    end_mono_ns: int
+    ret: int
+    """Bytes moved, or ``-errno``."""
+    op: str
+    """``READ`` or ``WRITE``."""
+    comm: str
+    path: str
+    """The path the fd was opened with (as :attr:`FileOpenSample.path`); empty when the fd
+    was closed by another thread during the call."""
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_mono_ns - self.start_mono_ns
+
+
+def decode_file_event(buf: RawEvent) -> FileOpenSample | FileRwSample:
+    """Decode one event of the file-I/O ring, by its type tag."""
+    if len(buf) >= 4 and struct.unpack_from("<I", buf, 0)[0] == ZT_EVENT_FILE_RW:
+        return decode_file_rw(buf)
+    return decode_file_open(buf)
+
+
+def decode_file_rw(buf: RawEvent) -> FileRwSample:
+    size = len(buf)
+    if size < RW_STRUCT.size or size > RW_STRUCT.size + MAX_TRAILING:
+        raise MalformedEvent(f"file read/write event of {size} bytes, expected {RW_STRUCT.size}")
+    tag, pid, tid, fd, cgroup_id, start_ns, end_ns, ret, op, _pad, comm_raw, path_raw = (
+        RW_STRUCT.unpack_from(buf, 0)
+    )
+    if tag != ZT_EVENT_FILE_RW:
+        raise MalformedEvent(f"wrong event type tag {tag}, expected {ZT_EVENT_FILE_RW}")
+    if end_ns < start_ns:
+        raise MalformedEvent(f"end_ns {end_ns} precedes start_ns {start_ns}")
+    if op not in RW_OPS:
+        raise MalformedEvent(f"unknown file op {op}")
+    return FileRwSample(
+        pid=pid,
+        tid=tid,
+        fd=fd,
+        cgroup_id=cgroup_id,
+        start_mono_ns=start_ns,
+        end_mono_ns=end_ns,
+        ret=ret,
+        op=RW_OPS[op],
+        comm=_cstr(comm_raw, "comm").decode("utf-8", "backslashreplace"),
+        path=_cstr(path_raw, "path").decode("utf-8", "backslashreplace"),
+    )
 
 
 def _cstr(raw: bytes, field: str) -> bytes:

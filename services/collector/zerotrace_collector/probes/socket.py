@@ -8,6 +8,10 @@ lazily in :meth:`SocketProbe.attach`.
 The event ring is read a batch per poll (:mod:`.socket_ring`: through its memory map where it
 can be, else through libbpf).
 
+UDP: a UDP socket is tracked once it talks to DNS (port 53) or a ``ports`` port (socket.c
+"Datagrams"); its CONNECT sample says ``dgram`` and carries the peer, its local end comes from
+/proc/PID/net/udp (:mod:`.socket_udp`), and each datagram is one data sample.
+
 TLS ciphertext: once a socket is seen under an SSL call, its syscall events are not
 emitted (the plaintext comes from the SSL uprobes), only counted in
 :attr:`SocketProbe.ciphertext_dropped`; with ``keep_ciphertext=True`` they are, marked
@@ -42,6 +46,7 @@ from .socket_kernel import (
     tcp_seq_cflags,
 )
 from .socket_ring import EventRing
+from .socket_udp import udp_socket
 from .tls import attach_tls, find_libssl
 from .tls_placement import UnplacedTls
 
@@ -61,6 +66,10 @@ STAT_TLS_STALE: Final = 5
 STAT_CONNS_RESUMED: Final = 6
 STAT_CIPHERTEXT: Final = 7
 STAT_PORT_FILTERED: Final = 8
+STAT_MMSG_UNCOPIED: Final = 9
+# UDP peers on this port are always tracked, and with --port it is always among the wanted
+# ports (TCP too): DNS timings belong to every trace (socket.c "Datagrams").
+DNS_PORT: Final = 53
 # A shed connection is taken up again no sooner than this after its mark (socket.c
 # "Shedding"): longer than the correlator's grace for the SHED record (CLOSE_GRACE_NS, 5 s;
 # tests/unit/test_http_llm_step.py holds the two together).
@@ -76,6 +85,8 @@ _SYSCALLS: Final = (
     "sendto",
     "recvmsg",
     "sendmsg",
+    "sendmmsg",
+    "recvmmsg",
     "connect",
     "accept",
     "accept4",
@@ -104,7 +115,8 @@ def check_payload_max(payload_max: int) -> None:
 
 
 class SocketProbe(AttachedProbe):
-    """Trace TCP socket I/O (syscalls, and libssl plaintext) with payload prefixes.
+    """Trace TCP socket I/O (syscalls, and libssl plaintext) and DNS-bound UDP datagrams, with
+    payload prefixes.
 
     Usage mirrors :class:`.fileio.FileOpenProbe`::
 
@@ -114,8 +126,9 @@ class SocketProbe(AttachedProbe):
 
     Filters: *pid_filter*, *comm_prefix* and *cgroup* (that cgroup and those below it) are
     compiled in (applied
-    where a socket becomes tracked); *ports* is applied in :meth:`poll` after /proc
-    resolution (a connection whose endpoints are unknown is kept). The collector's own
+    where a socket becomes tracked); *ports* is applied in the kernel where it can be and in
+    :meth:`poll` after /proc resolution (a connection whose endpoints are unknown is kept);
+    with *ports*, 53 is always among them (DNS). The collector's own
     pid (*self_pid*) is never traced.
     """
 
@@ -152,7 +165,8 @@ class SocketProbe(AttachedProbe):
         self.self_pid = os.getpid() if self_pid is None else self_pid
         self.comm_prefix = comm_prefix
         self.cgroup = cgroup
-        self.ports = frozenset(ports)
+        # With --port, DNS (port 53) is always wanted too ("Datagrams" in socket.c).
+        self.ports = frozenset(ports) | {DNS_PORT} if ports else frozenset()
         self.payload_max = payload_max
         self.ringbuf_pages = ringbuf_pages
         self.resume_after_s = resume_after_s
@@ -214,6 +228,9 @@ class SocketProbe(AttachedProbe):
         ]
         if self.comm_prefix:
             flags.append(f'-DZT_FILTER_COMM="{self.comm_prefix}"')
+        if self.ports:
+            # UDP peers: judged by the destination address, no kernel offsets needed.
+            flags.append(f"-DZT_DGRAM_PORTS={','.join(str(p) for p in sorted(self.ports))}")
         return flags + [flag for flags, _ in self._kernel_offsets() for flag in flags]
 
     def _kernel_offsets(self) -> list[tuple[list[str], str | None]]:
@@ -444,10 +461,15 @@ class SocketProbe(AttachedProbe):
         return (not local and not remote) or local in self.ports or remote in self.ports
 
     def _resolve_new(self, sample: SocketSample) -> Endpoints | None:
-        """First sight of a connection: endpoints from /proc, or None if the fd is not TCP."""
+        """First sight of a connection: endpoints from /proc, or None if the fd is neither TCP
+        nor UDP."""
         pid, fd, conn = sample.pid, sample.fd, sample.conn_start_ns
+        if isinstance(sample, ConnSample) and sample.dgram:
+            return self._resolve_dgram(sample)
         closed = isinstance(sample, ConnSample) and sample.kind is ConnKind.CLOSE
         sock = None if closed else self.proc.lookup(pid, fd)
+        if sock is None and not closed:
+            sock = udp_socket(self.proc, pid, fd)
         if sock is not None:
             endpoints = sock.endpoints
             if not endpoints.remote_port and isinstance(sample, ConnSample) and sample.remote:
@@ -465,6 +487,22 @@ class SocketProbe(AttachedProbe):
         else:
             endpoints = UNKNOWN
         self.proc.remember(pid, fd, conn, endpoints)
+        return endpoints
+
+    def _resolve_dgram(self, sample: ConnSample) -> Endpoints:
+        """A UDP socket the kernel tracked (its peer's port was wanted): the peer is the address
+        its CONNECT carries; the local end is read from /proc only while the fd still looks
+        like that socket. A stub resolver closes its socket and opens the next at the same fd
+        (with an AF_UNIX one to nscd in between) sooner than this runs: what the fd is now must
+        neither name this flow's local end nor untrack it."""
+        remote = sample.remote or ("", 0)
+        endpoints = Endpoints("", 0, remote[0], remote[1])
+        if sample.kind is ConnKind.CONNECT:
+            sock = udp_socket(self.proc, sample.pid, sample.fd)
+            if sock is not None and sock.endpoints.remote_port in (0, remote[1]):
+                local = sock.endpoints
+                endpoints = Endpoints(local.local_addr, local.local_port, remote[0], remote[1])
+        self.proc.remember(sample.pid, sample.fd, sample.conn_start_ns, endpoints)
         return endpoints
 
     def endpoints(self, sample: SocketSample) -> Endpoints:
@@ -516,6 +554,11 @@ class SocketProbe(AttachedProbe):
         if self._bpf is None:
             return self._port_filtered_at_close
         return self._stat(STAT_PORT_FILTERED)
+
+    @property
+    def mmsg_uncopied(self) -> int:
+        """Datagrams of sendmmsg/recvmmsg calls past the first ZT_MAX_MMSG: not emitted."""
+        return self._stat(STAT_MMSG_UNCOPIED)
 
     @property
     def unplaced(self) -> int:

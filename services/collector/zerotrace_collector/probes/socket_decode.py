@@ -145,6 +145,8 @@ class ConnSample:
     comm: str
     remote: tuple[str, int] | None
     """CONNECT only: the address the caller passed, else None."""
+    dgram: bool = False
+    """A UDP socket (socket.c "Datagrams"): its CONNECT is its connect() or first send."""
 
 
 SocketSample: TypeAlias = SocketDataSample | ConnSample
@@ -308,7 +310,7 @@ def decode_conn(buf: RawEvent) -> ConnSample:
         conn_start_ns,
         kind,
         family,
-        _pad,
+        dgram,
         comm_raw,
         addr,
     ) = CONN_EVENT.unpack_from(buf, 0)
@@ -330,6 +332,7 @@ def decode_conn(buf: RawEvent) -> ConnSample:
         family=family,
         comm=_comm(comm_raw),
         remote=parse_sockaddr(addr) if conn_kind is ConnKind.CONNECT else None,
+        dgram=dgram == 1,
     )
 
 
