@@ -14,6 +14,8 @@
  *   sys_{enter,exit}_socket                   -> remember each socket's family, so
  *       accept() on an AF_UNIX listener is not tracked, and which are UDP
  *   sys_{enter,exit}_{sendmmsg,recvmmsg}      -> one data event per message (datagrams)
+ *   sock:inet_sock_set_state                  -> ZT_CONN_ESTABLISHED for a non-blocking
+ *       connect (see "Non-blocking connects" below; with ZT_HAVE_SET_STATE only)
  *
  * UDP (see "Datagrams" below): a UDP socket is tracked like a connection once it talks to a
  * wanted peer port: at connect() (the glibc resolver connects its socket), or at the first
@@ -86,6 +88,18 @@
  * first ZT_MAX_MMSG are emitted, one event each (message i stamped i ns after the call's
  * entry, so each has its own id and their order holds); the rest are counted
  * (ZT_STAT_MMSG_UNCOPIED).
+ *
+ * Non-blocking connects. connect() on a non-blocking socket (asyncio, httpx async, aiohttp)
+ * returns -EINPROGRESS at once: its CONNECT event's time is not the connection's set-up. Where
+ * the kernel has sock:inet_sock_set_state and the BTF offsets from an fd to its struct sock
+ * (ZT_HAVE_SET_STATE), connect()'s entry notes the socket's sk in zt_connecting (LRU: a
+ * bounded map, entries of connects that never finish go first); when that connect returns
+ * -EINPROGRESS on a tracked TCP socket, the entry gets the event to send, and the socket's
+ * SYN_SENT -> ESTABLISHED change (softirq context: any task, keyed by sk only) sends it:
+ * ZT_CONN_ESTABLISHED, start_ns the connect() entry, end_ns the change. Over loopback the change
+ * can come before connect()'s exit tracepoint (the SYN-ACK is processed at release_sock, inside
+ * connect()): whichever of the two comes second sends it (zt_connecting.done). Any other
+ * return of connect(), or SYN_SENT -> CLOSE (refused, timed out), drops the entry unsent.
  */
 #include "zerotrace_events.h"
 
@@ -127,6 +141,12 @@
 #endif
 #ifndef ZT_MAX_SOCKETS
 #define ZT_MAX_SOCKETS 65536
+#endif
+#ifndef ZT_HAVE_SET_STATE
+#define ZT_HAVE_SET_STATE 0 /* 1: sock:inet_sock_set_state exists ("Non-blocking connects") */
+#endif
+#ifndef ZT_MAX_CONNECTING
+#define ZT_MAX_CONNECTING 8192 /* non-blocking connects followed at once */
 #endif
 #ifndef ZT_HAVE_TCP_PROBE
 #define ZT_HAVE_TCP_PROBE 0 /* 1: the tcp:tcp_probe tracepoint exists (arrival of unread bytes) */
@@ -1075,6 +1095,106 @@ static __always_inline struct zt_sys_call *zt_conn_exit_state(u32 tid, struct zt
 	return st->op == op ? st : 0;
 }
 
+/* ---- non-blocking connects ("Non-blocking connects") ----------------------------- */
+
+#if ZT_HAVE_SET_STATE && defined(ZT_OFF_TCP_WRITE_SEQ)
+#define ZT_TCP_ESTABLISHED 1
+#define ZT_TCP_SYN_SENT    2
+#define ZT_IPPROTO_TCP     6
+
+struct zt_connecting {
+	struct zt_sock_conn_event ev; /* filled at connect()'s exit (-EINPROGRESS) */
+	u64 established_ns;           /* set at SYN_SENT -> ESTABLISHED */
+	u64 done;                     /* sides seen (exit, established): the second sends */
+};
+BPF_TABLE("lru_hash", u64, struct zt_connecting, zt_connecting, ZT_MAX_CONNECTING);
+
+/* connect() entry on a TCP socket: its sk, noted (0 when it cannot be read). */
+static __always_inline u64 zt_connecting_begin(s64 fd)
+{
+	u64 sk = 0;
+	if (!zt_sk_of_fd((s32)fd, &sk))
+		return 0;
+	struct zt_connecting fresh = {};
+	zt_connecting.update(&sk, &fresh);
+	return sk;
+}
+
+static __always_inline void zt_connecting_send(u64 sk, struct zt_connecting *e)
+{
+	struct zt_sock_conn_event *ev = zt_socket_events.ringbuf_reserve(sizeof(*ev));
+	if (!ev) {
+		zt_stat_inc(ZT_STAT_LOST);
+		zt_connecting.delete(&sk);
+		return;
+	}
+	zt_offered(sizeof(*ev));
+	__builtin_memcpy(ev, &e->ev, sizeof(*ev));
+	ev->end_ns = e->established_ns;
+	zt_connecting.delete(&sk);
+	zt_socket_events.ringbuf_submit(ev, zt_wakeup_flag(sizeof(*ev)));
+}
+
+/* connect()'s exit: *tracked* when it returned -EINPROGRESS and the socket is tracked now;
+ * else the entry goes. */
+static __always_inline void zt_connecting_exit(u32 tgid, u32 tid, struct zt_sys_call *st,
+					       s64 ret, int tracked)
+{
+	u64 sk = st->buf;
+	if (!sk)
+		return;
+	struct zt_connecting *e = zt_connecting.lookup(&sk);
+	if (!e)
+		return;
+	if (!tracked || ret != -ZT_EINPROGRESS) {
+		zt_connecting.delete(&sk);
+		return;
+	}
+	e->ev.type = ZT_EVENT_SOCK_CONN;
+	e->ev.pid = tgid;
+	e->ev.tid = tid;
+	e->ev.fd = st->fd;
+	e->ev.cgroup_id = bpf_get_current_cgroup_id();
+	e->ev.start_ns = st->start_ns;
+	e->ev.ret = ret;
+	e->ev.conn_start_ns = st->start_ns;
+	e->ev.kind = ZT_CONN_ESTABLISHED;
+	e->ev.family = st->family;
+	e->ev.dgram = 0;
+	bpf_get_current_comm(e->ev.comm, sizeof(e->ev.comm));
+	__builtin_memcpy(e->ev.addr, st->addr, sizeof(e->ev.addr));
+	if (__sync_fetch_and_add(&e->done, 1) == 1)
+		zt_connecting_send(sk, e); /* established already (loopback) */
+}
+
+TRACEPOINT_PROBE(sock, inet_sock_set_state)
+{
+	if (args->protocol != ZT_IPPROTO_TCP || args->oldstate != ZT_TCP_SYN_SENT)
+		return 0;
+	u64 sk = (u64)args->skaddr;
+	struct zt_connecting *e = zt_connecting.lookup(&sk);
+	if (!e)
+		return 0;
+	if (args->newstate != ZT_TCP_ESTABLISHED) {
+		zt_connecting.delete(&sk); /* refused, timed out, reset */
+		return 0;
+	}
+	e->established_ns = bpf_ktime_get_ns();
+	if (__sync_fetch_and_add(&e->done, 1) == 1)
+		zt_connecting_send(sk, e); /* connect() returned already */
+	return 0;
+}
+#else
+static __always_inline u64 zt_connecting_begin(s64 fd)
+{
+	return 0;
+}
+static __always_inline void zt_connecting_exit(u32 tgid, u32 tid, struct zt_sys_call *st,
+					       s64 ret, int tracked)
+{
+}
+#endif
+
 TRACEPOINT_PROBE(syscalls, sys_enter_connect)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -1091,7 +1211,16 @@ TRACEPOINT_PROBE(syscalls, sys_enter_connect)
 		return 0; /* not TCP nor UDP */
 	/* A UDP socket connect()ing (the glibc resolver does): "Datagrams". */
 	u8 dgram = known && (*known & ZT_FAMILY_DGRAM);
-	return zt_conn_enter(args->fd, (u64)args->uservaddr, family, ZT_CALL_CONNECT, dgram);
+	zt_conn_enter(args->fd, (u64)args->uservaddr, family, ZT_CALL_CONNECT, dgram);
+	if (dgram)
+		return 0;
+	/* Noted after the call's state (zt_conn_enter takes the scratch); kept in its buf. */
+	u64 sk = zt_connecting_begin(args->fd);
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	struct zt_sys_call *c = zt_socket_inflight.lookup(&tid);
+	if (sk && c && c->op == ZT_CALL_CONNECT)
+		c->buf = sk;
+	return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_exit_connect)
@@ -1104,13 +1233,17 @@ TRACEPOINT_PROBE(syscalls, sys_exit_connect)
 		return 0;
 	s64 ret = args->ret;
 	/* Non-blocking connects (asyncio, httpx, uvloop) return -EINPROGRESS: track them. */
-	if (ret != 0 && ret != -ZT_EINPROGRESS)
+	if ((ret != 0 && ret != -ZT_EINPROGRESS) ||
+	    (st.dgram && !zt_dgram_port_wanted(zt_sockaddr_port(st.addr)))) {
+		zt_connecting_exit(tgid, tid, &st, ret, 0);
 		return 0;
-	if (st.dgram && !zt_dgram_port_wanted(zt_sockaddr_port(st.addr)))
-		return 0;
+	}
 	u64 now = st.start_ns;
-	if (zt_track(tgid, st.fd, st.family, ZT_ORIGIN_CONNECT, now, st.dgram) == 0)
+	int tracked = zt_track(tgid, st.fd, st.family, ZT_ORIGIN_CONNECT, now, st.dgram) == 0;
+	if (tracked)
 		zt_emit_conn(tgid, tid, &st, ret, ZT_CONN_CONNECT, now, st.family);
+	/* After the CONNECT: the ESTABLISHED it may send follows it in the ring. */
+	zt_connecting_exit(tgid, tid, &st, ret, tracked);
 	return 0;
 }
 

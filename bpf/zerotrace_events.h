@@ -193,6 +193,9 @@ _Static_assert(sizeof(struct zt_sock_data_hdr) == 88,
 #define ZT_CONN_TLS_HANDSHAKE 6 /* tls.c: a TLS handshake on this socket completed; start_ns its
 				 * first SSL_do_handshake entry, end_ns the successful return,
 				 * ret the SSL* */
+#define ZT_CONN_ESTABLISHED 7 /* socket.c: a non-blocking connect (it returned -EINPROGRESS)
+			       * reached ESTABLISHED; start_ns the connect() entry, end_ns the
+			       * state change (sock:inet_sock_set_state), ret -EINPROGRESS */
 
 /*
  * A tracked socket appears (connect, accept) or goes (close).

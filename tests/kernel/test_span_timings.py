@@ -11,7 +11,13 @@ The driver (observed, with the server it starts as its child) makes two connecti
 2. HTTPS (Python's ssl, OpenSSL's socket BIO) to a TLS server: both ends measure their
    do_handshake().
 
-3. DNS (its own test): in a private network and mount namespace, where 10.0.0.1 is a local
+3. Non-blocking (its own test): the same full accept queue, met by a non-blocking connect (as
+   asyncio's): connect() returns EINPROGRESS at once, and the client waits for the socket to
+   be writable (poll) and reads SO_ERROR; the client span's connect time matches that wait,
+   from the connect() call, within 1 ms (socket.c "Non-blocking connects": the ESTABLISHED
+   event, not the CONNECT's ~0).
+
+4. DNS (its own test): in a private network and mount namespace, where 10.0.0.1 is a local
    address and /etc/resolv.conf names the test DNS server (tests/harness/dns_server.py, 40 ms
    late), the driver resolves alpha.zt.test with getaddrinfo() (glibc: A and AAAA at once)
    and connects to the answer: the client span's DNS time matches the getaddrinfo() time the
@@ -133,6 +139,71 @@ DRIVER = textwrap.dedent(
         tls.sendall(REQUEST); answer(tls.recv); tls.close()
         out.update(json.loads(server.stdout.readline()))
         assert server.wait(timeout=30) == 0
+        open(result, "w").write(json.dumps(out))
+    finally:
+        if server.poll() is None:
+            server.kill(); server.wait()
+    """
+)
+
+
+NB_SERVER = textwrap.dedent(
+    r"""
+    import json, socket, sys
+    plain = socket.socket(); plain.bind(("127.0.0.1", 0)); plain.listen(0)
+    print(json.dumps({"port": plain.getsockname()[1]}), flush=True)
+    sys.stdin.readline()  # the driver's SYN was dropped: make room for its retry
+    filler, _ = plain.accept(); filler.close()
+    sys.stdin.readline()  # the driver is connected (a server in accept() would be woken by it)
+    conn, _ = plain.accept()
+    got = b""
+    while b"\r\n\r\n" not in got:
+        got += conn.recv(65536)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+    conn.close()
+    """
+)
+
+NB_DRIVER = textwrap.dedent(
+    r"""
+    import errno, json, select, socket, subprocess, sys, time
+    result = sys.argv[1]
+    server = subprocess.Popen([sys.executable, "-c", sys.argv[2]],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        port = json.loads(server.stdout.readline())["port"]
+
+        def overflows():
+            lines = open("/proc/net/netstat").read().splitlines()
+            heads, values = lines[0].split(), lines[1].split()
+            return int(values[heads.index("ListenOverflows")])
+
+        filler = socket.create_connection(("127.0.0.1", port))
+        before = overflows()
+        client = socket.socket(); client.setblocking(False)
+        t0 = time.monotonic_ns()
+        assert client.connect_ex(("127.0.0.1", port)) == errno.EINPROGRESS
+        returned_ns = time.monotonic_ns() - t0
+        deadline = time.monotonic() + 10
+        while overflows() == before:  # our SYN met the full queue
+            assert time.monotonic() < deadline, "the SYN was not dropped"
+            time.sleep(0.001)
+        server.stdin.write("accept\n"); server.stdin.flush()
+        poller = select.poll(); poller.register(client, select.POLLOUT)
+        assert poller.poll(10_000), "not connected"
+        t1 = time.monotonic_ns()
+        assert client.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+        server.stdin.write("connected\n"); server.stdin.flush()
+        client.setblocking(True)
+        client.sendall(b"GET /nonblocking HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        got = b""
+        while not got.endswith(b"ok"):
+            chunk = client.recv(65536)
+            assert chunk, got
+            got += chunk
+        client.close(); filler.close()
+        assert server.wait(timeout=30) == 0
+        out = {"connect_ns": t1 - t0, "returned_ns": returned_ns, "port": port}
         open(result, "w").write(json.dumps(out))
     finally:
         if server.poll() is None:
@@ -303,6 +374,16 @@ def test_connect_tls_and_file_times_match_the_processes_own(tmp_path: Path) -> N
     close_to(tls_server[names.ATTR_TLS_HANDSHAKE_DURATION], truth["server_handshake_ns"])
     assert names.ATTR_CONNECT_DURATION not in tls_server
     assert names.ATTR_FILE_READ_BYTES not in tls_server  # that handler read no file
+
+
+def test_a_non_blocking_connect_is_timed_to_the_established_state(tmp_path: Path) -> None:
+    result = tmp_path / "result.json"
+    spans = observe(tmp_path, [sys.executable, "-c", NB_DRIVER, str(result), NB_SERVER])
+    truth = json.loads(result.read_text())
+    assert truth["connect_ns"] > 500 * MS  # the SYN waited for its retransmission
+    assert truth["returned_ns"] < 100 * MS  # connect() itself returned at once: EINPROGRESS
+    client = one(spans, names.SPAN_KIND_HTTP_CLIENT, truth["port"])
+    close_to(client[names.ATTR_CONNECT_DURATION], truth["connect_ns"])
 
 
 def test_dns_time_of_the_resolution_before_the_connect(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from zerotrace_collector.probes.socket_kernel import (
     TCP_ARRIVAL_MEMBERS,
     TCP_SEQ_MEMBERS,
     port_filter_cflags,
+    set_state_cflags,
     tcp_arrival_cflags,
     tcp_seq_cflags,
 )
@@ -129,6 +130,21 @@ def test_unread_arrivals_are_followed_only_where_tcp_probe_and_btf_are(
         flags, note = tcp_arrival_cflags()
         assert note is None and flags[0] == "-DZT_HAVE_TCP_PROBE=1"
         assert [f.split("=")[0] for f in flags[1:]] == [f"-D{m}" for m, _, _ in TCP_ARRIVAL_MEMBERS]
+
+
+def test_non_blocking_connects_are_followed_only_where_set_state_and_btf_are(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """socket.c "Non-blocking connects": one line, no flag, where either is missing."""
+    monkeypatch.setattr(socket_kernel, "tracepoint_exists", lambda category, event: False)
+    flags, note = set_state_cflags()
+    assert flags == [] and note is not None and "sock:inet_sock_set_state" in note
+    monkeypatch.setattr(socket_kernel, "tracepoint_exists", lambda category, event: True)
+    flags, note = set_state_cflags(tmp_path / "none")
+    assert flags == [] and note is not None and note.startswith("cannot read")
+    assert "non-blocking connect" in note
+    if VMLINUX.exists():
+        assert set_state_cflags() == (["-DZT_HAVE_SET_STATE=1"], None)
 
 
 @pytest.mark.skipif(not VMLINUX.exists(), reason="this kernel publishes no BTF")

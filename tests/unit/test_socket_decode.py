@@ -152,6 +152,14 @@ def test_conn_connect_carries_the_remote_address() -> None:
     assert closed.remote is None
 
 
+def test_established_carries_its_connects_address_and_times() -> None:
+    """socket.c "Non-blocking connects": start the connect() entry, end the established state."""
+    c = decode_conn(conn_event(kind=7, addr=sockaddr_in("10.1.2.3", 8000)))
+    assert c.kind is ConnKind.ESTABLISHED and c.ret == -115
+    assert c.remote == ("10.1.2.3", 8000)
+    assert (c.start_mono_ns, c.end_mono_ns) == (10, 30)
+
+
 def test_a_udp_socket_is_marked_dgram() -> None:
     """socket.c "Datagrams": a UDP socket's CONNECT (its connect() or first send) says so."""
     dns = decode_conn(conn_event(ret=0, addr=sockaddr_in("127.0.0.53", 53), dgram=1))
@@ -162,7 +170,7 @@ def test_a_udp_socket_is_marked_dgram() -> None:
 def test_bad_conn_events_are_malformed() -> None:
     for raw in (
         conn_event()[:100],
-        conn_event(kind=9),
+        conn_event(kind=8),
         conn_event(tag=2),
         conn_event() + b"\0" * 8,
     ):

@@ -42,9 +42,9 @@ def data(**kw: object) -> SocketDataSample:
     return SocketDataSample(**base)  # type: ignore[arg-type]
 
 
-def conn(kind: ConnKind, start: int = 400, end: int = 900) -> ConnSample:
+def conn(kind: ConnKind, start: int = 400, end: int = 900, ret: int = 0) -> ConnSample:
     return ConnSample(
-        pid=10, tid=11, fd=5, cgroup_id=1, start_mono_ns=start, end_mono_ns=end, ret=0,
+        pid=10, tid=11, fd=5, cgroup_id=1, start_mono_ns=start, end_mono_ns=end, ret=ret,
         conn_start_ns=400, kind=kind, family=2, comm="python3", remote=None,
     )  # fmt: skip
 
@@ -96,6 +96,20 @@ def test_conn_event_record() -> None:
     close = conn_event_record(conn(ConnKind.CLOSE, 2_000, 2_100), "n", OFFSET, None, UNKNOWN)
     assert close["duration_ns"] == 0 and close["kind"] == "CLOSE"
     assert validate(close, schema("conn_event.avsc"), raise_errors=True)
+
+
+def test_a_non_blocking_connect_is_timed_by_its_established_record() -> None:
+    """CONNECT that returned -EINPROGRESS: duration 0 (no connect time yet); ESTABLISHED: from
+    connect()'s entry to the established state, ts_ns the change."""
+    pending = conn_event_record(conn(ConnKind.CONNECT, 400, 410, ret=-115), "n", OFFSET, None, ENDS)
+    assert pending["duration_ns"] == 0 and pending["kind"] == "CONNECT"
+    done = conn_event_record(
+        conn(ConnKind.ESTABLISHED, 400, 7_400, ret=-115), "n", OFFSET, None, ENDS
+    )
+    assert done["kind"] == "ESTABLISHED" and done["duration_ns"] == 7_000
+    assert done["ts_ns"] == OFFSET + 7_400 and done["conn_id"] == pending["conn_id"]
+    assert done["event_id"] == f"n/10/11/{OFFSET + 400}/established" != pending["event_id"]
+    assert validate(done, schema("conn_event.avsc"), raise_errors=True)
 
 
 def test_a_batch_of_samples_reads_back_as_their_socket_data_records() -> None:

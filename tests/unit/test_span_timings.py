@@ -205,6 +205,56 @@ def test_setup_read_after_the_first_span_makes_it_again_with_the_same_id() -> No
     assert timings.on_conn(late) == []
 
 
+def test_a_non_blocking_connect_takes_its_time_from_established_in_either_order() -> None:
+    # CONNECT returned EINPROGRESS at once (duration 0: not a connect time); ESTABLISHED has it.
+    for order in (("CONNECT", "ESTABLISHED"), ("ESTABLISHED", "CONNECT")):
+        timings = SpanTimings()
+        timings.on_span(dns(10 * MS, 14 * MS, "api.example", "10.0.0.1"))
+        records = {
+            "CONNECT": conn("CONNECT", ts_ns=20 * MS, remote_addr="10.0.0.1"),
+            "ESTABLISHED": conn(
+                "ESTABLISHED", ts_ns=27 * MS, duration_ns=7 * MS, remote_addr="10.0.0.1"
+            ),
+        }
+        for kind in order:
+            assert timings.on_conn(records[kind]) == []
+        first = span(30 * MS, 40 * MS)
+        timings.annotate("c1", first, server=False)
+        assert first["attributes"] == {
+            names.ATTR_CONNECT_DURATION: str(7 * MS),
+            names.ATTR_DNS_DURATION: str(4 * MS),
+            names.ATTR_DNS_RESOLVED_NAME: "api.example",
+        }, order
+
+
+def test_a_non_blocking_connect_without_established_gets_no_connect_time() -> None:
+    timings = SpanTimings()
+    timings.on_span(dns(10 * MS, 14 * MS, "api.example", "10.0.0.1"))
+    timings.on_conn(conn("CONNECT", ts_ns=20 * MS, remote_addr="10.0.0.1"))
+    first = span(30 * MS, 40 * MS)
+    timings.annotate("c1", first, server=False)
+    assert first["attributes"] == {
+        names.ATTR_DNS_DURATION: str(4 * MS),
+        names.ATTR_DNS_RESOLVED_NAME: "api.example",
+    }
+
+
+def test_established_read_after_the_first_span_makes_it_again() -> None:
+    timings = SpanTimings()
+    timings.on_conn(conn("CONNECT", ts_ns=20 * MS))
+    first = span(30 * MS, 40 * MS) | {"span_id": "s1"}
+    timings.annotate("c1", first, server=False)
+    assert names.ATTR_CONNECT_DURATION not in first["attributes"]
+    (again,) = timings.on_conn(conn("ESTABLISHED", ts_ns=27 * MS, duration_ns=7 * MS))
+    assert again["span_id"] == "s1"
+    assert again["attributes"] == {names.ATTR_CONNECT_DURATION: str(7 * MS)}
+    # Its CONNECT read after both adds nothing: the span is not made a third time.
+    timings = SpanTimings()
+    timings.annotate("c1", span(30 * MS, 40 * MS) | {"span_id": "s1"}, server=False)
+    assert len(timings.on_conn(conn("ESTABLISHED", ts_ns=27 * MS, duration_ns=7 * MS))) == 1
+    assert timings.on_conn(conn("CONNECT", ts_ns=20 * MS)) == []
+
+
 def test_file_calls_read_after_their_server_span_make_it_again_once() -> None:
     timings = SpanTimings()
     server = span(10 * MS, 20 * MS) | {"span_id": "s1"}

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from zerotrace.socket_batch import socket_event_id
-from zerotrace_collector.probes.event_layout import Direction, Source
+from zerotrace_collector.probes.event_layout import ConnKind, Direction, Source
 from zerotrace_collector.probes.socket_decode import ConnSample, SocketDataSample
 from zerotrace_collector.proc_net import Endpoints
 
@@ -123,8 +123,10 @@ def socket_data_record(
     }
 
 
-# Kinds whose duration_ns is their syscall's (connect) or calls' (TLS handshake) time.
-_TIMED = ("CONNECT", "TLS_HANDSHAKE")
+# Kinds whose duration_ns is their syscall's (connect), calls' (TLS handshake) or
+# connect()-to-established (a non-blocking connect) time.
+_TIMED = ("CONNECT", "TLS_HANDSHAKE", "ESTABLISHED")
+EINPROGRESS: Final = 115  # connect()'s -errno on a non-blocking socket
 
 
 def conn_event_record(
@@ -134,11 +136,14 @@ def conn_event_record(
     container_id: str | None,
     endpoints: Endpoints,
 ) -> dict[str, Any]:
-    """ts_ns is the syscall's return; duration_ns, for CONNECT, the syscall's duration
-    (a non-blocking connect returns at once with -EINPROGRESS, so it is ~0 there); for
-    TLS_HANDSHAKE, from the first SSL_do_handshake entry to the successful return."""
+    """ts_ns is the syscall's return (ESTABLISHED: the state change); duration_ns, for CONNECT,
+    the syscall's duration, and 0 for a non-blocking connect (it returned -EINPROGRESS at once:
+    its time is not known then; an ESTABLISHED record brings it, from connect()'s entry to the
+    established state, where the probe could follow it); for TLS_HANDSHAKE, from the first
+    SSL_do_handshake entry to the successful return."""
     start_ns = sample.start_mono_ns + mono_to_epoch_ns
     kind = sample.kind.name
+    timed = kind in _TIMED and not (sample.kind is ConnKind.CONNECT and sample.ret == -EINPROGRESS)
     return {
         "event_id": f"{node_id}/{sample.pid}/{sample.tid}/{start_ns}/{kind.lower()}",
         "node_id": node_id,
@@ -150,6 +155,6 @@ def conn_event_record(
         "fd": sample.fd,
         "kind": kind,
         "ts_ns": sample.end_mono_ns + mono_to_epoch_ns,
-        "duration_ns": sample.end_mono_ns - sample.start_mono_ns if kind in _TIMED else 0,
+        "duration_ns": sample.end_mono_ns - sample.start_mono_ns if timed else 0,
         **_endpoints(endpoints),
     }

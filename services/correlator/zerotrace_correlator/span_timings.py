@@ -6,11 +6,17 @@ Pure: time comes only from the records.
   request byte to first response byte: on a server span the handler's time, on a client span
   also the network both ways) and response transfer (first to last response byte). Other
   protocols' parsers give a span's start and end only, so their spans get no phases.
-- Connection set-up, from raw.conn: CONNECT's duration_ns (connect(2) entry to return, which is
-  the established state for a blocking connect; a non-blocking connect returns at once with
-  EINPROGRESS and shows about 0) and TLS_HANDSHAKE's (tls.c: the SSL*'s first SSL_do_handshake
-  entry to the call that returned 1). They go on the first span of the connection only: later
-  requests on a kept-alive connection did not wait for them.
+- Connection set-up, from raw.conn: the connect time and TLS_HANDSHAKE's duration_ns (tls.c: the
+  SSL*'s first SSL_do_handshake entry to the call that returned 1). The connect time is
+  ESTABLISHED's duration_ns when there is one (a non-blocking connect: connect(2) entry to the
+  socket's established state, socket.c "Non-blocking connects"), else CONNECT's (connect(2)
+  entry to return, which is the established state for a blocking connect). A non-blocking
+  connect's CONNECT has duration_ns 0 (connect returned EINPROGRESS at once; the collector
+  writes 0, socket_records.conn_event_record), which is not a connect time: with no ESTABLISHED
+  (a kernel without the tracepoint or the BTF offsets, or a connect that never completed) the
+  span gets none. The records come in either order, before or after the first span; the
+  CONNECT's start and peer still serve the DNS match. They go on the first span of the
+  connection only: later requests on a kept-alive connection did not wait for them.
 - DNS: the DNS client spans of the same process that ended before its connect started, at
   most DNS_WINDOW_NS before, one of whose answers is the connected peer's address; a resolver
   asks A and AAAA at once, so the resolution is every such span of that name from the first
@@ -129,7 +135,8 @@ def phase_attributes(
 class _Setup:
     pid: int = 0
     connect_start_ns: int | None = None
-    connect_ns: int | None = None
+    connect_ns: int | None = None  # CONNECT's, when it is a connect time (not 0)
+    established_ns: int | None = None  # ESTABLISHED's: wins over connect_ns
     remote_addr: str = ""
     tls_ns: int | None = None
 
@@ -152,12 +159,21 @@ class _FileOp:
     path: str
 
 
+# raw.conn kinds that are set-up times.
+_SETUP_KINDS = ("CONNECT", "ESTABLISHED", "TLS_HANDSHAKE")
+
+
 def _take(setup: _Setup, record: Mapping[str, Any]) -> None:
     duration = int(record.get("duration_ns", 0))
-    if record["kind"] == "CONNECT":
-        setup.connect_ns = duration
+    kind = record["kind"]
+    if kind in ("CONNECT", "ESTABLISHED"):
+        # Both start at connect()'s entry; a non-blocking CONNECT's 0 is no connect time.
+        if kind == "ESTABLISHED":
+            setup.established_ns = duration
+        elif duration > 0:
+            setup.connect_ns = duration
         setup.connect_start_ns = int(record["ts_ns"]) - duration
-        setup.remote_addr = str(record.get("remote_addr", ""))
+        setup.remote_addr = str(record.get("remote_addr", "")) or setup.remote_addr
     else:
         setup.tls_ns = duration
 
@@ -231,12 +247,12 @@ class SpanTimings:
         self._files: OrderedDict[tuple[int, int], deque[_FileOp]] = OrderedDict()
 
     def on_conn(self, record: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """A raw.conn datum: CONNECT and TLS_HANDSHAKE are kept for the connection's first
-        span; other kinds are not timings. When that span was made already (raw.conn is read
-        out of step with raw.socket), it is returned again with the times added: the same
-        span id, for the store to replace."""
+        """A raw.conn datum: CONNECT, ESTABLISHED and TLS_HANDSHAKE are kept for the
+        connection's first span; other kinds are not timings. When that span was made already
+        (raw.conn is read out of step with raw.socket), it is returned again with the times
+        added (when they change it): the same span id, for the store to replace."""
         kind = record["kind"]
-        if kind not in ("CONNECT", "TLS_HANDSHAKE"):
+        if kind not in _SETUP_KINDS:
             return []
         conn_id = str(record["conn_id"])
         self._expire(int(record["ts_ns"]))
@@ -244,8 +260,10 @@ class SpanTimings:
         if made is not None:
             late = _Setup(pid=int(record["pid"]))
             _take(late, record)
-            again = {**made, "attributes": {**made["attributes"]}}
-            again["attributes"].update(self._setup_attributes(late))
+            added = self._setup_attributes(late)
+            if all(made["attributes"].get(k) == v for k, v in added.items()):
+                return []  # nothing new (a non-blocking CONNECT after its ESTABLISHED)
+            again = {**made, "attributes": {**made["attributes"], **added}}
             self._made[conn_id] = again
             return [again]
         setup = self._setups.get(conn_id)
@@ -359,8 +377,10 @@ class SpanTimings:
 
     def _setup_attributes(self, setup: _Setup) -> dict[str, str]:
         out: dict[str, str] = {}
-        if setup.connect_ns is not None and setup.connect_start_ns is not None:
-            out[names.ATTR_CONNECT_DURATION] = str(setup.connect_ns)
+        connect_ns = setup.established_ns if setup.established_ns is not None else setup.connect_ns
+        if connect_ns is not None:
+            out[names.ATTR_CONNECT_DURATION] = str(connect_ns)
+        if setup.connect_start_ns is not None:
             found = resolution_before(
                 list(self._dns.get(setup.pid, ())), setup.remote_addr, setup.connect_start_ns
             )

@@ -149,6 +149,7 @@ class ConnKind(IntEnum):
     SHED = 4  # shed from here on: the exchange in progress is cut (socket.c "Shedding")
     TLS_BOUND = 5  # tls.c: ret holds an SSL* now bound to this socket (tls_placement)
     TLS_HANDSHAKE = 6  # tls.c: a handshake completed; start..end its SSL_do_handshake calls
+    ESTABLISHED = 7  # a non-blocking connect got there; start..end connect() entry..the change
 
 
 # ---- struct zt_py_stack, the tail of profile and GPU call records -----------------------

@@ -8,6 +8,10 @@ lazily in :meth:`SocketProbe.attach`.
 The event ring is read a batch per poll (:mod:`.socket_ring`: through its memory map where it
 can be, else through libbpf).
 
+Non-blocking connects: where the kernel allows (socket_kernel.set_state_cflags), a connect()
+that returned -EINPROGRESS is followed to the established state and an ESTABLISHED sample comes
+then, its time from the connect() call (socket.c "Non-blocking connects").
+
 UDP: a UDP socket is tracked once it talks to DNS (port 53) or a ``ports`` port (socket.c
 "Datagrams"); its CONNECT sample says ``dgram`` and carries the peer, its local end comes from
 /proc/PID/net/udp (:mod:`.socket_udp`), and each datagram is one data sample.
@@ -42,6 +46,7 @@ from .socket_decode import (
 from .socket_kernel import (
     port_filter_cflags,
     process_name_cflags,
+    set_state_cflags,
     tcp_arrival_cflags,
     tcp_seq_cflags,
 )
@@ -239,6 +244,7 @@ class SocketProbe(AttachedProbe):
         return [
             tcp_seq_cflags(),
             tcp_arrival_cflags(),
+            set_state_cflags(),
             port_filter_cflags(self.ports),
             *([process_name_cflags()] if self.comm_prefix else []),
         ]

@@ -293,6 +293,10 @@ def _refuse_data(
     raise MalformedEvent(f"unknown flags 0x{flags:02x}")
 
 
+# Conn kinds whose addr is connect()'s sockaddr (ESTABLISHED: its non-blocking connect's).
+_WITH_ADDR: Final = (ConnKind.CONNECT, ConnKind.ESTABLISHED)
+
+
 def decode_conn(buf: RawEvent) -> ConnSample:
     """Decode one connect/accept/close record; raise :class:`MalformedEvent` if invalid."""
     size = len(buf)
@@ -331,7 +335,7 @@ def decode_conn(buf: RawEvent) -> ConnSample:
         kind=conn_kind,
         family=family,
         comm=_comm(comm_raw),
-        remote=parse_sockaddr(addr) if conn_kind is ConnKind.CONNECT else None,
+        remote=parse_sockaddr(addr) if conn_kind in _WITH_ADDR else None,
         dgram=dgram == 1,
     )
 

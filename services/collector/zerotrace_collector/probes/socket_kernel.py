@@ -83,6 +83,19 @@ def tcp_arrival_cflags(btf_path: Path = VMLINUX) -> tuple[list[str], str | None]
     return ["-DZT_HAVE_TCP_PROBE=1", *flags], None
 
 
+def set_state_cflags(btf_path: Path = VMLINUX) -> tuple[list[str], str | None]:
+    """The -D flag that lets socket.c time a non-blocking connect to the established state
+    (sock:inet_sock_set_state; the socket's sk is found from its fd by TCP_SEQ_MEMBERS'
+    offsets, socket.c "Non-blocking connects"), or none and one line saying what that costs."""
+    cost = "a non-blocking connect's time is not known (its connect() returns at once)"
+    if not tracepoint_exists("sock", "inet_sock_set_state"):
+        return [], f"no sock:inet_sock_set_state tracepoint: {cost}"
+    _, why = offset_cflags(TCP_SEQ_MEMBERS, btf_path)
+    if why:
+        return [], f"{why}: {cost}"
+    return ["-DZT_HAVE_SET_STATE=1"], None
+
+
 # current->group_leader->comm: the process's name, as /proc/PID/comm shows it. The calling
 # thread's own name (bpf_get_current_comm) differs once a thread renames itself.
 PROCESS_NAME_MEMBERS: Final = (
