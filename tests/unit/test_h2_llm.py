@@ -4,8 +4,12 @@ carried their DATA; other streams keep no body."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from typing import Any
+
+import pytest
 
 from tests.unit.http_wire import close, sock
 from tests.unit.test_http2 import GRPC, Wire, run
@@ -13,7 +17,8 @@ from zerotrace import names
 from zerotrace.codec import AvroCodec
 from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir
-from zerotrace_correlator import h2_llm
+from zerotrace_collector.redaction import Redactor
+from zerotrace_correlator import content_encoding, h2_llm
 from zerotrace_correlator.h2_llm import LlmProtoSpan, triton_model
 from zerotrace_correlator.http2 import REQUEST_BODY_BUDGET, Http2Parser
 from zerotrace_correlator.http_llm_step import HttpLlmCorrelator
@@ -251,3 +256,87 @@ def test_a_request_body_is_let_go_when_the_request_ends() -> None:
     [span] = run(wire.calls[5:], parser)
     assert isinstance(span, LlmProtoSpan) and span.llm is not None
     assert span.llm.request_info is not None and span.llm.request_info.model == "llama-3"
+
+
+# -- compressed answers (content-encoding) -----------------------------------------------------
+
+EVENTS = [chunk("He"), chunk("llo"), chunk("!"), USAGE, b"data: [DONE]\n\n"]
+JSON_ANSWER = json.dumps(
+    {
+        "model": "m-served",
+        "choices": [{"message": {"role": "assistant", "content": "Hello!"}}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+    }
+).encode()
+
+
+def gzip_chat_wire(streamed: bool, coding: str = "gzip") -> Wire:
+    """A chat over h2c whose answer is gzip'd as a server streams it: each SSE event flushed
+    (Z_SYNC_FLUSH), so it decodes as its DATA arrives; or one JSON body in two DATA frames."""
+    wire = Wire()
+    wire.headers(REQUEST, 1, CHAT)
+    body = json.dumps({"model": "llama-3", "stream": streamed, "messages": []}).encode()
+    wire.data(REQUEST, 1, body, end=True)
+    kind = "text/event-stream" if streamed else "application/json"
+    wire.headers(
+        RESPONSE, 1, [(":status", "200"), ("content-type", kind), ("content-encoding", coding)]
+    )
+    squeeze = zlib.compressobj(wbits=31)  # gzip
+    pieces = [squeeze.compress(e) + squeeze.flush(zlib.Z_SYNC_FLUSH) for e in EVENTS]
+    if not streamed:
+        whole = gzip.compress(JSON_ANSWER, mtime=0)
+        pieces = [whole[:20], whole[20:]]
+    else:
+        pieces[-1] += squeeze.flush()
+    for k, piece in enumerate(pieces):
+        wire.data(RESPONSE, 1, piece, end=k == len(pieces) - 1)
+    return wire
+
+
+def llm_of(calls: list[tuple[Side, bytes]]) -> dict[str, Any]:
+    """The derived.llm record of *calls*, a call every 1,000 ns."""
+    out = correlate(calls, [1_000 * t for t in range(1, len(calls) + 1)])
+    [llm] = [d for r, d in out if r == names.DERIVED_LLM.record]
+    assert isinstance(llm, dict)
+    return llm
+
+
+def redacted(calls: list[tuple[Side, bytes]], keep_content: bool) -> list[tuple[Side, bytes]]:
+    """The calls as the collector publishes them (its redaction, per direction)."""
+    redactor = Redactor(keep_content)
+    return [(side, redactor.redact("conn", side, data)) for side, data in calls]
+
+
+def test_a_gzipped_streamed_answer_is_decoded_and_timed_by_its_data_calls() -> None:
+    wire = gzip_chat_wire(streamed=True)
+    times = [1_000, 1_100, 1_200, 2_000, 2_100, 5_000, 9_000, 12_000, 15_000, 15_500, 16_000]
+    [llm] = [d for r, d in correlate(wire.calls, times) if r == names.DERIVED_LLM.record]
+    assert llm["ttft_ns"] == 9_005 - 2_000 and llm["tpot_ns"] == (15_005 - 9_005) // 2
+    assert (llm["output_tokens"], llm["input_tokens"], llm["content_events"]) == (3, 7, 3)
+    assert llm["error"] is None and llm["model"] == "llama-3"
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["sse", "json"])
+def test_with_keep_content_a_gzipped_answer_reads_its_tokens(streamed: bool) -> None:
+    calls = redacted(gzip_chat_wire(streamed).calls, keep_content=True)
+    llm = llm_of(calls)
+    assert (llm["output_tokens"], llm["input_tokens"], llm["error"]) == (3, 7, None)
+    assert llm["output_tokens_estimated"] is False
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["sse", "json"])
+def test_a_gzipped_answer_masked_on_the_node_says_why_no_tokens_were_read(streamed: bool) -> None:
+    wire = gzip_chat_wire(streamed)
+    calls = redacted(wire.calls, keep_content=False)
+    answer = b"".join(d for s, d in calls if s == RESPONSE)
+    assert len(answer) == len(wire.bytes_of(RESPONSE)) and b"*" * 20 in answer
+    llm = llm_of(calls)
+    assert llm["error"] == content_encoding.MASKED
+    assert (llm["content_events"], llm["ttft_ns"], llm["input_tokens"]) == (0, None, None)
+    assert llm["output_tokens"] == 0
+    assert llm["model"] == "llama-3" and llm["status_code"] == 200
+
+
+def test_an_answer_in_a_coding_not_decoded_here_says_so() -> None:
+    llm = llm_of(gzip_chat_wire(streamed=True, coding="br").calls)
+    assert llm["error"] == "content-encoding br not decoded"

@@ -25,14 +25,20 @@ still hold):
   known word (decided byte by byte, so a split across calls masks what one call masks).
   Model names, roles, ids, finish reasons and usage stay as they are: the correlator needs them.
 
-Compressed bodies (an HTTP/1 message whose head names a Content-Encoding other than
-``identity``): the scanner cannot read, so cannot mask, what is inside, and anyone reading Kafka
-could decompress it. Unless content is kept, such a body is masked whole, byte for byte; its
-framing (Content-Length, chunk-size lines) is kept, so lengths and timings still hold. The
-correlator then says why it read no tokens from it (content_encoding.py); with --keep-content
-the bytes leave as captured and the correlator decodes them. Followed only where the message's
-head is whole in one call (a head split across calls is not, and its body leaves as captured);
-a call captured in part masks the rest of the body until a new message starts.
+Compressed bodies (a message whose head names a Content-Encoding other than ``identity``):
+the scanner cannot read, so cannot mask, what is inside, and anyone reading Kafka could
+decompress it. Unless content is kept, such a body is masked whole, byte for byte (FILL); its
+framing is kept, so lengths and timings still hold. The correlator then says why it read no
+tokens from it (content_encoding.py); with --keep-content the bytes leave as captured and the
+correlator decodes them.
+- HTTP/1: the framing kept is Content-Length and the chunk-size lines. Followed only where the
+  message's head is whole in one call (a head split across calls is not, and its body leaves
+  as captured); a call captured in part masks the rest of the body until a new message starts.
+- HTTP/2 (`redaction_h2`): a stream whose HEADERS block names such a content-encoding (read
+  by `redaction_hpack` in any HPACK form, a header block split anywhere included) has every
+  later DATA payload byte filled until the stream ends; frame headers and padding are kept.
+  Bytes whose framing was lost while such a stream is open are filled whole. Not told: a
+  content-encoding that is a dynamic-table entry the redactor never saw (joined midway).
 
 Why a scanner of trigger patterns and not an HTTP and JSON parser: it runs on every call a
 traced server makes, in the collector, before the correlator has framed anything. One C-level
@@ -61,10 +67,10 @@ from collections.abc import Hashable
 from typing import Final
 
 from zerotrace_collector.redaction_h2 import H2Redactor, after_h2c_upgrade, looks_h2
+from zerotrace_collector.redaction_hpack import FILL  # `*`: the byte a masked one becomes
 
 __all__ = ["RedactionCounts", "Redactor", "StreamRedactor"]
 
-FILL: Final = b"*"[0]
 # Bytes of a call searched again with the next: longer than any trigger (`\nproxy-
 # authorization: `, `"reasoning_content": "`); a key cut by the call's end is found at once.
 TAIL: Final = 48
@@ -362,6 +368,7 @@ class StreamRedactor:
             lambda: StreamRedactor(keep, counts, http2=False),
             CREDENTIAL_HEADERS,
             counts,
+            keep_content=keep,
         )
         self._h2.redact(before)
         return head + self._h2.redact(data[start:], complete)

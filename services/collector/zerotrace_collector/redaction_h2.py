@@ -7,6 +7,15 @@ value (`:path` included), by `redaction_hpack`; DATA payloads through the same b
 as HTTP/1 bodies (JSON credentials, and prompt and completion text unless kept), one body
 per stream id.
 
+Compressed bodies, as for HTTP/1: the scanner cannot read a compressed body, so cannot mask
+it. A stream whose HEADERS block (with its CONTINUATIONs) names a content-encoding other than
+identity (`HeaderBlocks.compressed`, read at END_HEADERS) has, unless content is kept, every
+later DATA payload byte overwritten with FILL, padding and frame headers kept, until the
+stream ends in this direction (END_STREAM, RST_STREAM); counted once per stream in
+`RedactionCounts.content`. Either direction: a request body may be compressed too. While the
+framing is lost (below) and such a stream is open, what follows is filled whole, not scanned:
+the lost bytes may be its body.
+
 How, without changing one length: frames are walked (9-byte header; padding, priority and
 promised-id fields skipped) with their state carried from call to call, so a frame may be
 cut anywhere; the header block fragments of HEADERS, PUSH_PROMISE and CONTINUATION go to the
@@ -21,7 +30,12 @@ Limits, on purpose:
   dynamic table is then emptied (its newest entries may be among the lost bytes). Counted in
   `RedactionCounts.h2_resync`.
 - At most MAX_STREAMS bodies are followed at once; past it they all start afresh (counted in
-  `h2_resync` too).
+  `h2_resync` too). At most MAX_STREAMS compressed streams are followed at once; past it the
+  oldest is forgotten (its later DATA then scanned as text; counted in `h2_resync` too): the
+  ends of streams reset by the other direction are not seen here, so these can pile up.
+- A compressed stream is known by its own header block only: one whose content-encoding is a
+  dynamic entry the redactor does not hold (a connection joined midway, a table forgotten
+  after lost bytes) is not told, and its DATA is scanned as text.
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ from collections.abc import Callable
 from typing import Final
 
 from zerotrace_collector.redaction_hpack import (
+    FILL,
     MAX_TABLE_BYTES,
     CallBytes,
     Counts,
@@ -49,9 +64,9 @@ DEFAULT_MAX_FRAME: Final = 16_384
 # nghttp2, 128 in nginx): past it every body starts afresh, and it is counted.
 MAX_STREAMS: Final = 128
 # What one direction's state may hold: the HPACK table, the bodies (a text scanner and its
-# tail each, ~300 bytes: 1 KiB allowed), the name being read and the fields. The fuzz
-# target's bound is made of it.
-MAX_STATE_BYTES: Final = MAX_TABLE_BYTES + MAX_STREAMS * 1024 + 16 * 1024
+# tail each, ~300 bytes: 1 KiB allowed), the compressed streams' ids (a dict entry and an int,
+# 128 bytes allowed), the name being read and the fields. The fuzz target's bound is made of it.
+MAX_STATE_BYTES: Final = MAX_TABLE_BYTES + MAX_STREAMS * (1024 + 128) + 16 * 1024
 
 _DATA, _HEADERS, _PRIORITY, _RST, _SETTINGS, _PUSH, _PING, _GOAWAY, _WINDOW, _CONT = range(10)
 _END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIO = 0x1, 0x1, 0x4, 0x8, 0x20
@@ -109,14 +124,17 @@ class H2Redactor:
     `redaction.StreamRedactor.redact` (which hands a stream over to this one)."""
 
     __slots__ = (
+        "_block_stream",
         "_blocks",
         "_bodies",
         "_body",
         "_counts",
         "_fallback",
+        "_filled",
         "_flags",
         "_head",
         "_in_frame",
+        "_keep_content",
         "_kind",
         "_length",
         "_lost",
@@ -133,13 +151,20 @@ class H2Redactor:
         body: Callable[[], TextRedactor],
         names: frozenset[bytes],
         counts: Counts,
+        keep_content: bool = False,
     ) -> None:
         """*text*: a scanner for header values (credentials only); *body*: one for a stream's
-        DATA, and for bytes whose framing was lost (content masked unless kept)."""
+        DATA, and for bytes whose framing was lost (content masked unless kept);
+        *keep_content*: compressed bodies pass as captured (else they are filled whole)."""
         self._body = body
         self._counts = counts
+        self._keep_content = keep_content
         self._blocks = HeaderBlocks(names, text, counts)
         self._bodies: dict[int, TextRedactor] = {}
+        # Streams whose DATA is filled whole (compressed), oldest first; the stream whose
+        # HEADERS block is being read (0: none, a PUSH_PROMISE's, or one that ended with it).
+        self._filled: dict[int, None] = {}
+        self._block_stream = 0
         self._fallback = body()
         self._head = bytearray()  # a frame header cut by a call's end
         self._in_frame = False
@@ -156,6 +181,8 @@ class H2Redactor:
         at = 0
         if self._lost:
             if not looks_h2(data):
+                if self._filled:  # perhaps a compressed body's bytes: the safe side
+                    return bytes((FILL,)) * len(data)
                 return self._fallback.redact(data, complete)
             self._resync()
         if self._preface >= 0:
@@ -166,7 +193,11 @@ class H2Redactor:
             self._counts.h2_resync += 1
             self._lost = True
             piece = data[stop:]
-            masked = self._fallback.redact(piece, complete)
+            masked = (
+                bytes((FILL,)) * len(piece)
+                if self._filled
+                else self._fallback.redact(piece, complete)
+            )
             if masked is not piece:
                 out.write(stop, masked)
         else:
@@ -186,6 +217,7 @@ class H2Redactor:
         self._head.clear()
         self._in_frame = False
         self._preface = 0  # a call that starts with the preface: a connection anew
+        self._block_stream = 0
         self._blocks.reset()
         self._blocks.forget_table()
         for body in self._bodies.values():
@@ -239,6 +271,10 @@ class H2Redactor:
         self._length, self._kind, self._flags, self._stream = length, kind, flags, stream
         self._offset = self._pad = 0
         self._pre = 0
+        if kind == _HEADERS:  # a block that ends the stream is followed by no DATA
+            self._block_stream = 0 if flags & _END_STREAM else stream
+        elif kind == _PUSH:  # a promised request's headers: it has no body
+            self._block_stream = 0
         if kind in (_DATA, _HEADERS, _PUSH):
             padded = flags & _PADDED != 0
             self._pre = padded + (5 if kind == _HEADERS and flags & _PRIO else 0)
@@ -269,6 +305,9 @@ class H2Redactor:
         begin, end = at + first - low, at + last - low
         if kind != _DATA:
             return self._blocks.feed(data, begin, end, out)
+        if self._filled and self._stream in self._filled:  # compressed: filled whole
+            out.write(begin, bytes((FILL,)) * (end - begin))
+            return True
         body = self._bodies.get(self._stream)
         if body is None:
             if len(self._bodies) >= MAX_STREAMS:
@@ -285,6 +324,22 @@ class H2Redactor:
         self._in_frame = False
         kind, flags = self._kind, self._flags
         if kind in (_HEADERS, _PUSH, _CONT) and flags & _END_HEADERS:
+            if self._blocks.compressed and self._block_stream and not self._keep_content:
+                self._fill(self._block_stream)
+            self._block_stream = 0
             self._blocks.block_end()
         if (kind in (_DATA, _HEADERS) and flags & _END_STREAM) or kind == _RST:
             self._bodies.pop(self._stream, None)
+            if self._filled:
+                self._filled.pop(self._stream, None)
+
+    def _fill(self, stream: int) -> None:
+        """From now on, *stream*'s DATA is filled whole (its body is compressed)."""
+        if stream in self._filled:
+            return
+        if len(self._filled) >= MAX_STREAMS:
+            self._counts.h2_resync += 1
+            del self._filled[next(iter(self._filled))]
+        self._filled[stream] = None
+        self._bodies.pop(stream, None)
+        self._counts.content += 1

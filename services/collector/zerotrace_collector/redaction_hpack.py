@@ -1,6 +1,7 @@
 """HPACK header blocks masked in place (pure), for the HTTP/2 redactor (`redaction_h2`):
 the fragments of one direction's header blocks in, the values of credential headers and the
-keys in other values overwritten byte for byte, so the block still decodes.
+keys in other values overwritten byte for byte, so the block still decodes; and, per block,
+whether it names a compressed body (`compressed`: a content-encoding other than identity).
 
 A block is read as RFC 7541 says: integers, representations, the dynamic table (names only,
 and the sizes that decide eviction), so a reference to a dynamic entry names the right
@@ -21,6 +22,15 @@ the same entry on both sides. The redactor's own table is bounded (MAX_TABLE_SIZ
 reference past what it holds (evicted by that bound, a connection joined midway, bytes lost)
 names an unknown header, whose literal value is masked whole: the safe side.
 
+Compressed bodies: a block whose content-encoding field (a literal under the static name,
+under a literal name, plain or Huffman, or under a dynamic entry's name; or an indexed field
+whose dynamic entry was inserted as such) has a value other than "" or "identity" (case and
+surrounding whitespace aside) sets `compressed`, which the redactor reads at END_HEADERS: any
+other value, an unknown coding, one longer than MAX_CODING or one that does not decode counts
+as compressed (the safe side). Only such a field's value bytes are kept, and only that many.
+A reference to a dynamic entry the redactor does not hold (a connection joined midway, a
+table forgotten after lost bytes) cannot be told: it does not set `compressed`.
+
 Why split calls give what one call gives: a Huffman value's code can only be rewritten in the
 call that holds it, so the rewrite starts where the first masked character's code starts,
 which the scanner says as soon as it is read: when a call ends on a trigger (`key=`, a
@@ -35,9 +45,9 @@ from typing import Final, Protocol
 
 from zerotrace.hpack_codes import STAR_CODE, STATIC_NAMES, huffman_decode
 
-__all__ = ["MAX_TABLE_BYTES", "CallBytes", "Counts", "HeaderBlocks", "TextRedactor"]
+__all__ = ["FILL", "MAX_TABLE_BYTES", "CallBytes", "Counts", "HeaderBlocks", "TextRedactor"]
 
-_FILL: Final = b"*"[0]
+FILL: Final = b"*"[0]  # what a masked byte becomes (`redaction`'s too)
 # The dynamic table's size as HPACK counts it (32 bytes per entry and its name and value):
 # 4,096 unless the decoder's SETTINGS allows more and the encoder says so. Past this bound
 # older entries are forgotten sooner than the peer forgets them: references to them are then
@@ -46,6 +56,18 @@ MAX_TABLE_SIZE: Final = 65_536
 DEFAULT_TABLE_SIZE: Final = 4_096
 MAX_TABLE_BYTES: Final = MAX_TABLE_SIZE // 32 * 8
 MAX_NAME: Final = 64  # a literal name longer than this is no credential name: skipped, not kept
+# A content-encoding value's bytes kept to read it: the longest coding list a server sends
+# ("gzip, deflate" is 13) fits; a longer value is taken for compressed unread.
+MAX_CODING: Final = 32
+_CODING_NAME: Final = b"content-encoding"
+_CODING_INDEX: Final = STATIC_NAMES.index(_CODING_NAME) + 1  # 26 (RFC 7541 Appendix A)
+_STATIC_COUNT: Final = len(STATIC_NAMES)
+_NOT_COMPRESSED: Final = frozenset((b"", b"identity"))
+# A dynamic table entry, one int: size << _SIZE_SHIFT | name length << _NAME_SHIFT | flags.
+# Flags: a credential name; the name content-encoding; a compressed content-encoding field.
+_CRED, _CODING, _ZIPPED = 1, 2, 4
+_NAME_SHIFT: Final = 3
+_SIZE_SHIFT: Final = _NAME_SHIFT + 16
 
 # Header block reader states, and what an integer being read is for.
 _FIELD, _NAME_LEN, _NAME, _VALUE_LEN, _VALUE = range(5)
@@ -67,6 +89,7 @@ class Counts(Protocol):
     """`redaction.RedactionCounts`, shared by every stream of a redactor."""
 
     credentials: int  # values masked
+    content: int  # bodies masked (a compressed stream's DATA filled whole: `redaction_h2`)
     h2_resync: int  # HTTP/2 framing lost (`redaction_h2`)
 
 
@@ -114,8 +137,10 @@ class HeaderBlocks:
 
     __slots__ = (
         "_call_bits",
+        "_coding",
         "_counts",
         "_cred",
+        "_cvalue",
         "_entries",
         "_fill_from",
         "_first_end",
@@ -140,6 +165,7 @@ class HeaderBlocks:
         "_vdone",
         "_vhuff",
         "_vlen",
+        "_zipped",
     )
 
     def __init__(
@@ -148,13 +174,24 @@ class HeaderBlocks:
         self._names = names
         self._text = text
         self._counts = counts
-        self._entries = array("q")  # newest last: size << 17 | name length << 1 | credential
+        self._entries = array("q")  # newest last, packed as _SIZE_SHIFT and _NAME_SHIFT say
         self._size = 0
         self._max = DEFAULT_TABLE_SIZE
         self.reset()
 
+    @property
+    def compressed(self) -> bool:
+        """The block read so far names a content-encoding other than identity: read at
+        END_HEADERS, before `block_end`."""
+        return self._zipped
+
     def reset(self) -> None:
-        """Between fields: a block ended (or was lost) here."""
+        """Between blocks: a block ended (or was lost) here."""
+        self._zipped = False
+        self._field_reset()
+
+    def _field_reset(self) -> None:
+        """Between fields."""
         self._state = _FIELD
         self._shift = -1  # >= 0 while an integer's continuation bytes are read
         self._int = 0
@@ -162,6 +199,8 @@ class HeaderBlocks:
         self._index_new = False
         self._huff = False
         self._cred = False
+        self._coding = False  # the field's name is content-encoding
+        self._cvalue: bytearray | None = None  # its value's bytes (raw or Huffman) so far
         self._name_len = 0
         self._name: bytearray | None = None
         self._left = 0  # bytes of the name or value still to come
@@ -257,14 +296,18 @@ class HeaderBlocks:
 
     def _int_done(self, value: int) -> bool:
         kind = self._ikind
-        if kind == _K_INDEXED:
-            return value > 0  # an indexed field: no bytes of its value are on the wire
+        if kind == _K_INDEXED:  # an indexed field: no bytes of its value are on the wire
+            if value > _STATIC_COUNT:  # a dynamic entry: a compressed content-encoding?
+                back = value - _STATIC_COUNT
+                if back <= len(self._entries) and self._entries[-back] & _ZIPPED:
+                    self._zipped = True
+            return value > 0
         if kind == _K_SIZE:
             self._max = min(value, MAX_TABLE_SIZE)
             self._evict()
         elif kind == _K_LITERAL:
             if value:
-                self._cred, self._name_len = self._lookup(value)
+                self._cred, self._coding, self._name_len = self._lookup(value)
                 self._state = _VALUE_LEN
             else:
                 self._state = _NAME_LEN
@@ -279,17 +322,18 @@ class HeaderBlocks:
             self._value_start(value)
         return True
 
-    def _lookup(self, index: int) -> tuple[bool, int]:
-        """(credential?, name length) of a table entry; an unknown one is taken for a
-        credential (its value is masked whole) of a name no longer than any."""
-        if index <= len(STATIC_NAMES):
+    def _lookup(self, index: int) -> tuple[bool, bool, int]:
+        """(credential?, content-encoding?, name length) of a table entry's name; an unknown
+        one is taken for a credential (its value is masked whole) of a name no longer than
+        any."""
+        if index <= _STATIC_COUNT:
             name = STATIC_NAMES[index - 1]
-            return name in self._names, len(name)
-        back = index - len(STATIC_NAMES)
+            return name in self._names, index == _CODING_INDEX, len(name)
+        back = index - _STATIC_COUNT
         if back > len(self._entries):
-            return True, 0
+            return True, False, 0
         entry = self._entries[-back]
-        return bool(entry & 1), entry >> 1 & 0xFFFF
+        return bool(entry & _CRED), bool(entry & _CODING), entry >> _NAME_SHIFT & 0xFFFF
 
     def _name_end(self) -> None:
         name = self._name
@@ -301,7 +345,9 @@ class HeaderBlocks:
                 self._cred = name is None  # not a name a peer would accept: the safe side
             if name is not None:
                 self._name_len = len(name)
-                self._cred = bytes(name).lower() in self._names
+                low = bytes(name).lower()
+                self._cred = low in self._names
+                self._coding = low == _CODING_NAME
         self._name = None
         self._state = _VALUE_LEN
 
@@ -316,6 +362,8 @@ class HeaderBlocks:
         self._segs = []
         self._first_end = -1
         self._scanner = None
+        if self._coding and size <= MAX_CODING:  # a longer one is left unread: compressed
+            self._cvalue = bytearray()
         if self._cred:
             self._counts.credentials += size > 0
             if self._vhuff:
@@ -327,12 +375,14 @@ class HeaderBlocks:
 
     def _value(self, data: bytes, at: int, size: int, out: CallBytes) -> None:
         """*size* bytes of the value being read, at data[at]."""
+        if self._cvalue is not None:  # a content-encoding's, kept to be read at its end
+            self._cvalue += data[at : at + size]
         offset = self._vdone
         self._vdone += size
         if not self._vhuff:
             self._vchars += size
             if self._cred:
-                out.write(at, bytes((_FILL,)) * size)
+                out.write(at, bytes((FILL,)) * size)
             else:
                 assert self._scanner is not None
                 piece = data[at : at + size]
@@ -392,21 +442,38 @@ class HeaderBlocks:
         out.write(at, piece)
 
     def _value_end(self) -> None:
+        zipped = self._coding and self._coding_compressed()
+        self._zipped |= zipped
         if self._index_new:
-            self._insert(self._cred, self._name_len, self._vchars)
-        self.reset()
+            flags = _CRED if self._cred else 0
+            if self._coding:
+                flags |= _CODING | (_ZIPPED if zipped else 0)
+            self._insert(flags, self._name_len, self._vchars)
+        self._field_reset()
 
-    def _insert(self, cred: bool, name_len: int, value_len: int) -> None:
+    def _coding_compressed(self) -> bool:
+        """Does the content-encoding value just read name a coding (not identity)?"""
+        value = self._cvalue
+        if value is None:
+            return True  # longer than MAX_CODING: unread
+        if self._vhuff:
+            decoded, _, state = huffman_decode(bytes(value))
+            if state < 0:
+                return True  # not a value a peer would accept: the safe side
+            value = bytearray(decoded)
+        return bytes(value).strip(b" \t").lower() not in _NOT_COMPRESSED
+
+    def _insert(self, flags: int, name_len: int, value_len: int) -> None:
         size = 32 + name_len + value_len
         if size > self._max:  # RFC 7541 4.4: the table is emptied, the entry not added
             self.forget_table()
             return
-        self._entries.append(size << 17 | min(name_len, 0xFFFF) << 1 | cred)
+        self._entries.append(size << _SIZE_SHIFT | min(name_len, 0xFFFF) << _NAME_SHIFT | flags)
         self._size += size
         self._evict()
 
     def _evict(self) -> None:
         entries = self._entries
         while self._size > self._max:
-            self._size -= entries[0] >> 17
+            self._size -= entries[0] >> _SIZE_SHIFT
             del entries[0]

@@ -17,9 +17,13 @@ the outcome's error says so in one line. Output comes in pieces of at most PIECE
 single piece is larger whatever the ratio. A gap (bytes not captured) ends decoding: a
 compressed stream cannot be picked up mid-way.
 
+Read this way: HTTP/1.1 responses (conversation.py) and HTTP/2 ones (h2_llm.py, the coding
+from the response's HEADERS, http2.py).
+
 What the collector does with such bodies (zerotrace_collector/redaction.py): it cannot mask
 text it cannot read, and anyone reading Kafka could decompress it, so unless content is kept it
-masks an HTTP/1 compressed body whole (`*`, framing and lengths kept). Such a body starts with
+masks a compressed body whole (`*`, framing and lengths kept: an HTTP/1 body's Content-Length
+and chunk-size lines, an HTTP/2 stream's DATA frame headers and padding). Such a body starts with
 `*`, which no coding's first byte is (gzip's is 0x1f, zlib's 0x78 or alike; a raw deflate
 body could in theory): it is not read, and the outcome says why (MASKED). With --keep-content
 the bytes leave as captured and are decoded here. See README.md, "What leaves the node".

@@ -19,6 +19,11 @@ http2.py starts a `StreamLlm` when a stream's request headers name an LLM API:
   application/json answers on other paths are not guessed at: every JSON API would be read.
 Every other stream's body passes through http2.py uncopied.
 
+A compressed response (content-encoding gzip, deflate, ...) is decoded before its reader sees
+it, bounded, as for HTTP/1.1 (content_encoding.decoding); one the collector masked whole
+(without --keep-content) or in a coding not decoded here gives no tokens, and its error says
+why.
+
 Times as for HTTP/1.1: start = the request HEADERS' call, first byte = the response HEADERS'
 call, token events = the DATA calls. TTFT and TPOT then follow llm_metrics.compute_timings.
 
@@ -34,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerotrace import names
+from zerotrace_correlator.content_encoding import decoding
 from zerotrace_correlator.llm_apis import LlmAnalyzer, LlmApi, api_for
 from zerotrace_correlator.llm_metrics import ContentTimeline, compute_timings
 from zerotrace_correlator.openai_stream import MAX_JSON_BODY_BYTES, LlmOutcome, LlmRequestInfo
@@ -196,14 +202,18 @@ class StreamLlm:
         self.body = bytearray()
         return held
 
-    def response_head(self, status: str, content_type: str, time_ns: int) -> None:
+    def response_head(
+        self, status: str, content_type: str, time_ns: int, content_encoding: str = ""
+    ) -> None:
+        """The final response's headers; *content_encoding* "" when absent (or unknown)."""
         if self.response_start_ns is not None:
             return
         self.response_start_ns = time_ns
         self.status = int(status) if status.isdigit() and len(status) < 4 else None
         if self.api is not None:
-            self.analyzer = self.api.analyzer(
-                self.api.endpoint, self.status or 0, content_type or None
+            self.analyzer = decoding(  # a compressed body decoded first, bounded
+                self.api.analyzer(self.api.endpoint, self.status or 0, content_type or None),
+                content_encoding or None,
             )
 
     def response_data(self, data: bytes, time_ns: int) -> None:

@@ -71,7 +71,7 @@ MAX_HEADER_LIST_BYTES = 1 << 20
 REQUEST_BODY_BUDGET = 8 << 20
 UNKNOWN = names.UNKNOWN_VALUE
 _WANTED = frozenset(
-    b":method :path :authority :status content-type grpc-status".split()
+    b":method :path :authority :status content-type content-encoding grpc-status".split()
 )  # fmt: skip
 _SETTINGS_TABLE, _SETTINGS_FRAME = 0x1, 0x5
 _GRPC_PATH = re.compile(r"/([^/]+)/([^/]+)\Z")
@@ -348,13 +348,13 @@ class Http2Parser:
             self._count(UNKNOWN_STREAM_FRAMES)
         else:
             stream.response_bytes += wire - f.HEADER_BYTES - first.length
-            content_type = self._response_fields(stream, fields)
+            content_type, coding = self._response_fields(stream, fields)
             if stream.llm is None and stream.status and content_type:
                 stream.llm = StreamLlm.guess(
                     stream.method, stream.path, content_type, self._counters
                 )
             if stream.llm is not None and stream.status:
-                stream.llm.response_head(stream.status, content_type, first.start_ns)
+                stream.llm.response_head(stream.status, content_type, first.start_ns, coding)
             if first.flags & f.END_STREAM:
                 out.append(self._end(sid, end_ns))
 
@@ -368,11 +368,14 @@ class Http2Parser:
         stream.llm = StreamLlm.start(stream.method, stream.path, self._counters)
         self._streams[sid] = stream
 
-    def _response_fields(self, stream: _Stream, fields: list[Field]) -> str:
-        """Takes a response's headers or trailers; returns their content-type."""
+    def _response_fields(self, stream: _Stream, fields: list[Field]) -> tuple[str, str]:
+        """Takes a response's headers or trailers; returns their content-type and
+        content-encoding (an unknown coding as none: the body is then read as it came)."""
         status, content_type, grpc = self._values(
             fields, (b":status", b"content-type", b"grpc-status")
         )
+        # Not among `_values`' fields: an unknown one is no coding, and not counted again.
+        coding = next((v for n, v in fields if n == b"content-encoding" and v is not None), b"")
         trailers = bool(stream.status)
         if status and not trailers and not status.startswith("1"):  # 1xx: a final one follows
             stream.status = status
@@ -380,7 +383,7 @@ class Http2Parser:
         # In trailers an unknown field may be grpc-status; in headers it is too rare a guess.
         if grpc and (trailers or any(name == b"grpc-status" for name, _ in fields)):
             stream.grpc_status, stream.grpc_seen = grpc, True
-        return content_type
+        return content_type, coding.decode("latin-1")
 
     def _values(self, fields: list[Field], wanted: tuple[bytes, ...]) -> tuple[str, ...]:
         """The value of each wanted field ("" when absent, UNKNOWN when a dynamic entry we
