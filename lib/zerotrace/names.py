@@ -122,6 +122,8 @@ ATTR_GEN_AI_FINISH_REASONS = "gen_ai.response.finish_reasons"
 ATTR_GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 ATTR_GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 ATTR_GEN_AI_PROVIDER = "gen_ai.provider.name"
+ATTR_GEN_AI_TOKEN_TYPE = "gen_ai.token.type"  # input or output, on gen_ai.client.token.usage
+ATTR_SERVICE_NAME = "service.name"
 # gen_ai.operation.name values (OpenTelemetry GenAI conventions) of the non-OpenAI APIs
 # (zerotrace_correlator/llm_apis.py); OpenAI-compatible spans keep their endpoint name.
 GEN_AI_OPERATION_CHAT = "chat"
@@ -133,6 +135,16 @@ GEN_AI_PROVIDER_ANTHROPIC = "anthropic"
 GEN_AI_PROVIDER_GEMINI = "gcp.gemini"
 GEN_AI_PROVIDER_OLLAMA = "ollama"
 GEN_AI_PROVIDER_TGI = "huggingface.tgi"
+# The OpenAI-compatible APIs' provider on /metrics, where the conventions require one: the API's
+# flavour, as OpenTelemetry's own OpenAI instrumentation reports for any compatible server.
+GEN_AI_PROVIDER_OPENAI = "openai"
+# OpenTelemetry GenAI metrics (semantic conventions, development status), served in Prometheus
+# form on the HTTP API's /metrics (zerotrace_query/gen_ai_metrics.py).
+METRIC_GEN_AI_SERVER_TTFT = "gen_ai.server.time_to_first_token"
+METRIC_GEN_AI_SERVER_TPOT = "gen_ai.server.time_per_output_token"
+METRIC_GEN_AI_SERVER_REQUEST_DURATION = "gen_ai.server.request.duration"
+METRIC_GEN_AI_CLIENT_OPERATION_DURATION = "gen_ai.client.operation.duration"
+METRIC_GEN_AI_CLIENT_TOKEN_USAGE = "gen_ai.client.token.usage"
 ATTR_OBSERVATION_POINT = "zerotrace.observation_point"  # client, server or network
 ATTR_SOURCE_EVENTS = "zerotrace.source_events"  # raw events in all; the id list is capped
 ATTR_ERROR_MESSAGE = "zerotrace.error"

@@ -49,6 +49,23 @@ class Query:
     limit: int = 100
 
 
+GroupKey = tuple[str | int | None, ...]
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """One group's distribution of a numeric field, as a Prometheus histogram wants it:
+    `cumulative[i]` documents have a value <= bounds[i] (inclusive, cumulative: each bucket
+    holds the ones before it); `count` documents have a value at all (the +Inf bucket);
+    `total` is the sum of their values, summed as doubles in every store (exact while the
+    sum of longs stays below 2**53; doubles may differ in the last bits between stores, as
+    the order of summation does)."""
+
+    cumulative: tuple[int, ...]
+    count: int
+    total: float
+
+
 @dataclass(frozen=True)
 class BulkResult:
     written: int
@@ -81,5 +98,26 @@ class Store(Protocol):
         ...
 
     def count(self, index: str, query: Query) -> int: ...
+
+    def histogram(
+        self,
+        index: str,
+        query: Query,
+        field: str,
+        bounds: Sequence[float],
+        group_by: Sequence[str] = (),
+    ) -> dict[GroupKey, Histogram]:
+        """Counts the documents matching `query` that have a value for `field` (a long or
+        double spec field) into buckets with these upper bounds (strictly increasing, at most
+        store_rules.MAX_BOUNDS), per group of `group_by` values (keyword or long spec fields,
+        at most store_rules.MAX_GROUP_FIELDS). The store aggregates: no document leaves it,
+        so the cost of a call does not grow with the matching documents' size.
+
+        Keys are tuples of the group fields' values in `group_by` order, None where a
+        document lacks one; a group appears only when it counts a document. Query sort and
+        limit are ignored, as count ignores them. ConfigError for a bad request, or when more
+        than store_rules.MAX_LIMIT groups would come back (group by fewer, or coarser,
+        fields). May block on I/O; TransientIO when the store is unreachable."""
+        ...
 
     def close(self) -> None: ...

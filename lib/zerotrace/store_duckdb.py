@@ -21,13 +21,16 @@ import duckdb
 
 from zerotrace import names
 from zerotrace.errors import ConfigError, TransientIO
-from zerotrace.store import BulkResult, Document, IndexSpec, Query
+from zerotrace.store import BulkResult, Document, GroupKey, Histogram, IndexSpec, Query
 from zerotrace.store_rules import (
+    MAX_LIMIT,
     check_document,
+    check_histogram,
     check_index_name,
     check_query,
     check_spec,
     encode_document,
+    too_many_groups,
 )
 
 _SQL_TYPE: dict[str, str] = {
@@ -166,6 +169,41 @@ class DuckDBStore:
                 f"SELECT count(*) FROM {self._table(spec)}{where}", params
             ).fetchone()
         return int(row[0]) if row else 0
+
+    def histogram(
+        self,
+        index: str,
+        query: Query,
+        field: str,
+        bounds: Sequence[float],
+        group_by: Sequence[str] = (),
+    ) -> dict[GroupKey, Histogram]:
+        with self._lock:
+            spec = self._spec(index)
+            check_histogram(spec, query, field, bounds, group_by)
+            where, params = _where(query)
+            value = _quote(field)
+            where += (" AND " if where else " WHERE ") + f"{value} IS NOT NULL"
+            groups = [_quote(name) for name in group_by]
+            buckets = [f"count(*) FILTER (WHERE {value} <= ?)" for _ in bounds]
+            columns = ", ".join([*groups, *buckets, "count(*)", f"sum({value})::DOUBLE"])
+            group = f" GROUP BY {', '.join(groups)}" if groups else ""
+            rows = self._conn.execute(
+                f"SELECT {columns} FROM {self._table(spec)}{where}{group} LIMIT ?",
+                [*bounds, *params, MAX_LIMIT + 1],
+            ).fetchall()
+        if len(rows) > MAX_LIMIT:
+            raise too_many_groups(spec, field, MAX_LIMIT)
+        width = len(group_by)
+        return {
+            tuple(row[:width]): Histogram(
+                cumulative=tuple(int(n) for n in row[width : width + len(bounds)]),
+                count=int(row[-2]),
+                total=float(row[-1]),
+            )
+            for row in rows
+            if row[-2]  # without GROUP BY, no matching document still gives one row
+        }
 
     def close(self) -> None:
         with self._lock:

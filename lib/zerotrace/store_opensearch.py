@@ -22,13 +22,24 @@ from opensearchpy import exceptions as os_errors
 
 from zerotrace import names
 from zerotrace.errors import ConfigError, TransientIO
-from zerotrace.store import BulkResult, Document, FieldType, IndexSpec, Query
+from zerotrace.store import (
+    BulkResult,
+    Document,
+    FieldType,
+    GroupKey,
+    Histogram,
+    IndexSpec,
+    Query,
+)
 from zerotrace.store_rules import (
+    MAX_LIMIT,
     check_document,
+    check_histogram,
     check_index_name,
     check_query,
     check_spec,
     encode_document,
+    too_many_groups,
 )
 
 T = TypeVar("T")
@@ -38,6 +49,9 @@ META_KEY = "zerotrace"
 _RAW_IGNORE_ABOVE = 8191
 # Statuses of a whole request worth retrying: busy (429) or failing for a moment (500, 502-504).
 _TRANSIENT_STATUS = (429, 500, 502, 503, 504)
+# Groups a histogram asks for per request (a composite aggregation's page); the node's default
+# search.max_buckets (65,535) counts each group's bucket filters too: 1000 x (64 + 3) fits.
+_GROUPS_PER_PAGE = 1000
 
 
 # --- pure codec: spec -> mapping, query -> request body, responses -> results --------------
@@ -105,6 +119,63 @@ def search_body(spec: IndexSpec, query: Query) -> dict[str, Any]:
         "size": query.limit,
         "track_total_hits": False,
     }
+
+
+def histogram_body(
+    spec: IndexSpec,
+    query: Query,
+    field: str,
+    bounds: Sequence[float],
+    group_by: Sequence[str],
+    after: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One request of Store.histogram: the documents with a value for `field`, one `filters`
+    bucket per bound (`lte`: Prometheus's inclusive `le`, cumulative as it wants), their sum
+    and count; per group a composite aggregation's bucket (a missing value is a group of its
+    own, key null), paged from `after`."""
+    check_histogram(spec, query, field, bounds, group_by)
+    where = query_filter(spec, query)
+    where["bool"]["filter"].append({"exists": {"field": field}})
+    aggs: dict[str, Any] = {
+        "le": {"filters": {"filters": [{"range": {field: {"lte": b}}} for b in bounds]}},
+        "total": {"sum": {"field": field}},
+        "n": {"value_count": {"field": field}},
+    }
+    if group_by:
+        sources = [
+            {f"g{i}": {"terms": {"field": name, "missing_bucket": True}}}
+            for i, name in enumerate(group_by)
+        ]
+        composite: dict[str, Any] = {"size": _GROUPS_PER_PAGE, "sources": sources}
+        if after is not None:
+            composite["after"] = dict(after)
+        aggs = {"groups": {"composite": composite, "aggregations": aggs}}
+    return {"query": where, "size": 0, "track_total_hits": False, "aggregations": aggs}
+
+
+def _histogram(bucket: Mapping[str, Any]) -> Histogram:
+    return Histogram(
+        cumulative=tuple(int(b["doc_count"]) for b in bucket["le"]["buckets"]),
+        count=int(bucket["n"]["value"]),
+        total=float(bucket["total"]["value"]),
+    )
+
+
+def histogram_page(
+    response: Mapping[str, Any], group_by: Sequence[str]
+) -> tuple[dict[GroupKey, Histogram], dict[str, Any] | None]:
+    """The groups of one histogram answer, and where the next page starts (None: no more)."""
+    aggs = response["aggregations"]
+    if not group_by:
+        whole = _histogram(aggs)
+        return ({(): whole} if whole.count else {}), None
+    page = aggs["groups"]
+    groups = {
+        tuple(b["key"][f"g{i}"] for i in range(len(group_by))): _histogram(b)
+        for b in page["buckets"]
+    }
+    more = len(page["buckets"]) >= _GROUPS_PER_PAGE and page.get("after_key") is not None
+    return groups, (page["after_key"] if more else None)
 
 
 def search_results(response: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -223,8 +294,31 @@ class OpenSearchStore:
         response = self._call(lambda: self._client.count(index=self._full(index), body=body))
         return int(response["count"])
 
+    def histogram(
+        self,
+        index: str,
+        query: Query,
+        field: str,
+        bounds: Sequence[float],
+        group_by: Sequence[str] = (),
+    ) -> dict[GroupKey, Histogram]:
+        spec = self._spec(index)
+        groups: dict[GroupKey, Histogram] = {}
+        after: dict[str, Any] | None = None
+        while True:
+            body = histogram_body(spec, query, field, bounds, group_by, after)
+            page, after = histogram_page(self._search(index, body), group_by)
+            groups.update(page)
+            if len(groups) > MAX_LIMIT:
+                raise too_many_groups(spec, field, MAX_LIMIT)
+            if after is None:
+                return groups
+
     def close(self) -> None:
         self._client.close()
+
+    def _search(self, index: str, body: Mapping[str, Any]) -> Any:
+        return self._call(lambda: self._client.search(index=self._full(index), body=body))
 
     def _spec(self, index: str) -> IndexSpec:
         check_index_name(index)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
 from zerotrace.errors import ConfigError
 from zerotrace.store import Document, FieldType, IndexSpec, Query
@@ -14,7 +15,12 @@ from zerotrace.store import Document, FieldType, IndexSpec, Query
 FIELD_TYPES = ("keyword", "text", "long", "double", "boolean")
 
 # The same limit as OpenSearch's default index.max_result_window, so both stores refuse alike.
+# Also the most groups a histogram answers with.
 MAX_LIMIT = 10_000
+# A histogram's bucket bounds and group fields: Prometheus histograms have 10-30 buckets, and
+# a group key of more than a few fields is a cardinality problem, not a query.
+MAX_BOUNDS = 64
+MAX_GROUP_FIELDS = 8
 # `_id` is how results carry the id (and OpenSearch refuses it inside a document); `doc_id` is
 # the OpenSearch store's tie-break field. Both stores reserve both so documents behave the same.
 RESERVED = ("_id", "doc_id")
@@ -110,3 +116,31 @@ def check_query(spec: IndexSpec, query: Query) -> str:
     if not 0 <= query.limit <= MAX_LIMIT:
         raise ConfigError(f"{where}: limit {query.limit} is outside 0..{MAX_LIMIT}.")
     return sort
+
+
+def check_histogram(
+    spec: IndexSpec, query: Query, field: str, bounds: Sequence[float], group_by: Sequence[str]
+) -> None:
+    """Validate a histogram request (Store.histogram) against the spec."""
+    check_query(spec, query)
+    where = f"Histogram on index {spec.name!r}"
+    if spec.fields.get(field) not in ("long", "double"):
+        raise ConfigError(f"{where}: field {field!r} needs to be a long or double spec field.")
+    if not 1 <= len(bounds) <= MAX_BOUNDS:
+        raise ConfigError(f"{where}: give 1 to {MAX_BOUNDS} bucket bounds, not {len(bounds)}.")
+    if not all(value_fits("double", b) for b in bounds):
+        raise ConfigError(f"{where}: bucket bounds must be finite numbers.")
+    if any(low >= high for low, high in pairwise(bounds)):
+        raise ConfigError(f"{where}: bucket bounds must be strictly increasing.")
+    if len(group_by) > MAX_GROUP_FIELDS or len(set(group_by)) != len(group_by):
+        raise ConfigError(f"{where}: group by at most {MAX_GROUP_FIELDS} distinct fields.")
+    for name in group_by:
+        if spec.fields.get(name) not in ("keyword", "long"):
+            raise ConfigError(f"{where}: group field {name!r} needs a keyword or long spec field.")
+
+
+def too_many_groups(spec: IndexSpec, field: str, limit: int) -> ConfigError:
+    return ConfigError(
+        f"Histogram of {field!r} on index {spec.name!r}: more than {limit} groups;"
+        " group by fewer or coarser fields."
+    )

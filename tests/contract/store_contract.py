@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from zerotrace.errors import ConfigError
-from zerotrace.store import BulkResult, Document, IndexSpec, Query, Store
+from zerotrace.store import BulkResult, Document, Histogram, IndexSpec, Query, Store
 
 FIELDS: dict[str, Any] = {
     "service": "keyword",
@@ -300,6 +300,109 @@ class StoreContract:
         first = store.search(spec.name, Query(equals={"start_ns": 3}, limit=3))
         assert ids(first) == ["id-0003", "id-0010", "id-0017"]
 
+    # --- histograms ---------------------------------------------------------------------
+
+    def test_histogram_buckets_are_cumulative_and_inclusive(
+        self, store: Store, spec: IndexSpec
+    ) -> None:
+        durations = [0.5, 1.0, 1.0, 2.5, 4.0, 100.0, None]
+        docs: list[tuple[str, Document]] = [
+            (f"d{i}", doc(i, duration_ms=v)) for i, v in enumerate(durations)
+        ]
+        self.put(store, spec, docs)
+        # A value equal to a bound is in that bound's bucket (Prometheus's `le`); the
+        # document without a value is in no bucket, nor in the count or the sum.
+        assert store.histogram(spec.name, Query(), "duration_ms", (1, 2.5, 4)) == {
+            (): Histogram(cumulative=(3, 4, 5), count=6, total=109.0)
+        }
+        assert store.histogram(spec.name, Query(), "duration_ms", (0.25,)) == {
+            (): Histogram(cumulative=(0,), count=6, total=109.0)
+        }
+
+    def test_histogram_groups_missing_values_apart(self, store: Store, loaded: IndexSpec) -> None:
+        model = "gen_ai.request.model"
+        groups = store.histogram(loaded.name, Query(), "duration_ms", (1, 2, 3), ("service", model))
+        assert groups == {
+            ("api", "m1"): Histogram((0, 1, 1), 1, 1.5),
+            ("api", "m2"): Histogram((0, 0, 0), 1, 3.5),
+            ("api", None): Histogram((1, 1, 1), 1, 0.5),
+            ("db", None): Histogram((0, 0, 1), 1, 2.5),
+            # "e" (gpu) has no duration: no group.
+        }
+        by_model = store.histogram(loaded.name, Query(), "duration_ms", (2,), (model,))
+        assert by_model == {
+            ("m1",): Histogram((1,), 1, 1.5),
+            ("m2",): Histogram((0,), 1, 3.5),
+            (None,): Histogram((1,), 2, 3.0),
+        }
+
+    def test_histogram_of_a_long_by_a_long(self, store: Store, loaded: IndexSpec) -> None:
+        # A fractional bound on a long field: 20 <= 25.5, 30 is not.
+        assert store.histogram(loaded.name, Query(), "start_ns", (10, 25.5, 30)) == {
+            (): Histogram((1, 2, 4), 5, 130.0)
+        }
+        by_start = store.histogram(loaded.name, Query(), "duration_ms", (1,), ("start_ns",))
+        assert by_start == {
+            (10,): Histogram((0,), 1, 1.5),
+            (20,): Histogram((0,), 1, 2.5),
+            (30,): Histogram((1,), 2, 4.0),
+        }
+
+    def test_histogram_keeps_to_the_query(self, store: Store, loaded: IndexSpec) -> None:
+        query = Query(equals={"error": True}, ranges={"start_ns": (0, 100)}, limit=1)
+        assert store.histogram(loaded.name, query, "duration_ms", (3,), ("service",)) == {
+            ("db",): Histogram((1,), 1, 2.5),
+            ("api",): Histogram((0,), 1, 3.5),
+        }
+        nothing = Query(equals={"service": "none"})
+        assert store.histogram(loaded.name, nothing, "duration_ms", (3,)) == {}
+        assert store.histogram(loaded.name, nothing, "duration_ms", (3,), ("service",)) == {}
+
+    def test_histogram_of_many_groups(self, store: Store, spec: IndexSpec) -> None:
+        # More groups than one page of the OpenSearch store's composite aggregation (1000).
+        docs: list[tuple[str, Document]] = [
+            (f"id-{i:04}", doc(i, f"s{i % 1100:04}", duration_ms=float(i % 4))) for i in range(2300)
+        ]
+        self.put(store, spec, docs)
+        groups = store.histogram(spec.name, Query(), "duration_ms", (0, 1, 2), ("service",))
+        assert len(groups) == 1100
+        # s0000: i = 0, 1100, 2200 -> durations 0, 0, 0; s0001: 1, 1101, 2201 -> 1, 1, 1.
+        assert groups[("s0000",)] == Histogram((3, 3, 3), 3, 0.0)
+        assert groups[("s0001",)] == Histogram((0, 3, 3), 3, 3.0)
+        assert groups[("s1099",)] == Histogram((0, 0, 0), 2, 6.0)  # 1099, 2199 -> 3, 3
+        assert sum(h.count for h in groups.values()) == 2300
+
+    @pytest.mark.parametrize(
+        ("field", "bounds", "group_by"),
+        [
+            ("service", (1,), ()),  # not numeric
+            ("name", (1,), ()),
+            ("nope", (1,), ()),
+            ("duration_ms", (), ()),
+            ("duration_ms", (2, 1), ()),
+            ("duration_ms", (1, 1), ()),
+            ("duration_ms", (float("nan"),), ()),
+            ("duration_ms", (float("inf"),), ()),
+            ("duration_ms", tuple(range(65)), ()),
+            ("duration_ms", (1,), ("name",)),  # text
+            ("duration_ms", (1,), ("duration_ms",)),  # double
+            ("duration_ms", (1,), ("error",)),  # boolean
+            ("duration_ms", (1,), ("nope",)),
+            ("duration_ms", (1,), ("service", "service")),
+        ],
+    )
+    def test_bad_histogram(
+        self,
+        store: Store,
+        loaded: IndexSpec,
+        field: str,
+        bounds: tuple[float, ...],
+        group_by: tuple[str, ...],
+    ) -> None:
+        with pytest.raises(ConfigError) as info:
+            store.histogram(loaded.name, Query(), field, bounds, group_by)
+        assert "\n" not in str(info.value)
+
     # --- refusals -----------------------------------------------------------------------
 
     @pytest.mark.parametrize("name", ["ct-missing", "*", "Bad"])
@@ -313,6 +416,8 @@ class StoreContract:
             store.bulk_upsert(name, [("a", doc(1))])
         with pytest.raises(ConfigError):
             store.refresh(name)
+        with pytest.raises(ConfigError):
+            store.histogram(name, Query(), "start_ns", (1,))
 
     @pytest.mark.parametrize(
         "query",

@@ -39,7 +39,7 @@ from zerotrace.codec import AvroCodec
 from zerotrace.infra.opensearch_node import OpenSearchNode
 from zerotrace.schema_registry_kafka import KafkaSchemaRegistry
 from zerotrace.schemas import load_schema_dir
-from zerotrace.store import BulkResult, Document, IndexSpec, Query
+from zerotrace.store import BulkResult, Document, GroupKey, Histogram, IndexSpec, Query
 from zerotrace.store_opensearch import OpenSearchStore
 from zerotrace_correlator.fileio_spans import file_open_span
 from zerotrace_query.indexer import Indexer, run_indexer
@@ -104,6 +104,16 @@ class SpyStore:
 
     def count(self, index: str, query: Query) -> int:
         return self.inner.count(index, query)
+
+    def histogram(
+        self,
+        index: str,
+        query: Query,
+        field: str,
+        bounds: Sequence[float],
+        group_by: Sequence[str] = (),
+    ) -> dict[GroupKey, Histogram]:
+        return self.inner.histogram(index, query, field, bounds, group_by)
 
     def close(self) -> None:
         self.inner.close()

@@ -14,7 +14,7 @@ from opensearchpy import OpenSearch
 
 from tests.contract.store_contract import FIELDS, StoreContract, doc
 from zerotrace.errors import ConfigError, TransientIO
-from zerotrace.store import IndexSpec, Query, Store
+from zerotrace.store import Histogram, IndexSpec, Query, Store
 from zerotrace.store_opensearch import OpenSearchStore
 
 pytestmark = pytest.mark.integration
@@ -98,3 +98,26 @@ def test_a_document_the_node_refuses_fails_alone(client: OpenSearch, opensearch_
     assert reason.startswith("400 ") and "\n" not in reason
     assert [r["_id"] for r in store.search(spec.name, Query())] == ["a", "c"]
     store.close()
+
+
+def test_histogram_pages_and_refuses_too_many_groups(
+    client: OpenSearch, opensearch_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import zerotrace.store_opensearch
+
+    spec = IndexSpec(f"groups-{uuid.uuid4().hex[:8]}", FIELDS, "start_ns")
+    store = OpenSearchStore(opensearch_url, prefix=PREFIX)
+    try:
+        store.ensure_index(spec)
+        docs = [(f"{i}", doc(i, f"s{i % 5}", duration_ms=float(i))) for i in range(10)]
+        store.bulk_upsert(spec.name, docs)
+        store.refresh(spec.name)
+        monkeypatch.setattr(zerotrace.store_opensearch, "_GROUPS_PER_PAGE", 2)  # 3 pages
+        groups = store.histogram(spec.name, Query(), "duration_ms", (4,), ("service",))
+        # s<k> holds k and k + 5: one at most 4, the other above it.
+        assert groups == {(f"s{k}",): Histogram((1,), 2, float(2 * k + 5)) for k in range(5)}
+        monkeypatch.setattr(zerotrace.store_opensearch, "MAX_LIMIT", 3)
+        with pytest.raises(ConfigError, match="more than 3 groups"):
+            store.histogram(spec.name, Query(), "duration_ms", (4,), ("service",))
+    finally:
+        store.close()

@@ -15,7 +15,7 @@ from zerotrace.bus_memory import InMemoryBroker, InMemoryConsumer
 from zerotrace.clock import ManualClock
 from zerotrace.codec import AvroCodec
 from zerotrace.errors import TransientIO
-from zerotrace.store import BulkResult, Document, IndexSpec, Query
+from zerotrace.store import BulkResult, Document, GroupKey, Histogram, IndexSpec, Query
 from zerotrace.store_duckdb import DuckDBStore
 from zerotrace_query.indexer import (
     WRITTEN,
@@ -146,6 +146,16 @@ class FlakyStore:
 
     def count(self, index: str, query: Query) -> int:
         return self.inner.count(index, query)
+
+    def histogram(
+        self,
+        index: str,
+        query: Query,
+        field: str,
+        bounds: Sequence[float],
+        group_by: Sequence[str] = (),
+    ) -> dict[GroupKey, Histogram]:
+        return self.inner.histogram(index, query, field, bounds, group_by)
 
     def close(self) -> None:
         self.inner.close()

@@ -95,3 +95,19 @@ def test_one_writer_and_one_reader_thread() -> None:
     assert not errors
     assert store.count("spans", Query()) == 500
     store.close()
+
+
+def test_a_histogram_of_too_many_groups_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import zerotrace.store_duckdb
+
+    store = DuckDBStore()
+    store.ensure_index(SPEC)
+    store.bulk_upsert("spans", [(f"{i}", doc(i, f"s{i}", duration_ms=1.0)) for i in range(4)])
+    monkeypatch.setattr(zerotrace.store_duckdb, "MAX_LIMIT", 4)
+    try:
+        assert len(store.histogram("spans", Query(), "duration_ms", (1,), ("service",))) == 4
+        monkeypatch.setattr(zerotrace.store_duckdb, "MAX_LIMIT", 3)
+        with pytest.raises(ConfigError, match="more than 3 groups"):
+            store.histogram("spans", Query(), "duration_ms", (1,), ("service",))
+    finally:
+        store.close()

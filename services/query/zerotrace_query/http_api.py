@@ -1,10 +1,13 @@
 """HTTP API: GET /api/v1/spans{,/histogram}, /api/v1/llm/{requests,percentiles,concurrency}
 (JSON), /api/v1/profiles/{flamegraph,diff,catalog} (JSON, folded text, pprof, speedscope), the
-web pages (GET /, /spans, /flamegraph, /static/...), GET /healthz. Standard library server, one
-thread per request; the store does its own locking. Handlers only parse, call a pure function,
-and write the answer. With a token (zerotrace_query.api_auth) every request but /healthz needs it: a
-missing or wrong one gets 401 and one line of JSON; the pages also take it once in their
-address and hand the browser a session cookie."""
+web pages (GET /, /spans, /flamegraph, /static/...), GET /healthz, and GET /metrics: the
+OpenTelemetry GenAI histograms of the stored LLM requests in Prometheus's text format
+(zerotrace_query.gen_ai_metrics). Standard library server, one thread per request; the store
+does its own locking. Handlers only parse, call a pure function, and write the answer. With a
+token (zerotrace_query.api_auth) every request but /healthz needs it, /metrics included (a
+Prometheus scrape config sends it as `authorization: {credentials: ...}`): a missing or wrong
+one gets 401 and one line of JSON; the pages also take it once in their address and hand the
+browser a session cookie."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from urllib.parse import parse_qs, urlparse
 
 from zerotrace.errors import ZerotraceError
 from zerotrace.store import Store
-from zerotrace_query import api_auth
+from zerotrace_query import api_auth, gen_ai_metrics, prometheus_text
 from zerotrace_query.flame_graph import FlameFilter
 from zerotrace_query.llm_search import (
     DEFAULT_LIST_LIMIT,
@@ -218,6 +221,7 @@ LLM_ROUTES: dict[str, tuple[bool, Callable[[Store, LlmFilter], dict[str, Any]]]]
     "/api/v1/llm/percentiles": (True, llm_percentiles),
     "/api/v1/llm/concurrency": (True, llm_concurrency),
 }
+METRICS_PATH = "/metrics"
 
 
 def make_handler(store: Store, token: str = "") -> type[BaseHTTPRequestHandler]:
@@ -266,11 +270,18 @@ def make_handler(store: Store, token: str = "") -> type[BaseHTTPRequestHandler]:
                     self._send(503, {"error": str(exc)})
                     return
                 self._send_bytes(200, data, content_type)
+            elif url.path == METRICS_PATH:
+                try:
+                    text = gen_ai_metrics.exposition(store)
+                except ZerotraceError as exc:
+                    self._send(503, {"error": str(exc)})
+                    return
+                self._send_bytes(200, text.encode(), prometheus_text.CONTENT_TYPE)
             elif url.path in WEB_FILES:
                 name, content_type = WEB_FILES[url.path]
                 self._send_bytes(200, (WEB_DIR / name).read_bytes(), content_type)
             else:
-                known = ", ".join(["/", *SPAN_ROUTES, *LLM_ROUTES, *PROFILE_ROUTES])
+                known = ", ".join(["/", *SPAN_ROUTES, *LLM_ROUTES, *PROFILE_ROUTES, METRICS_PATH])
                 self._send(404, {"error": f"no such path {url.path}; try one of {known}"})
 
         def _authorized(self, path: str, query: str) -> bool:
