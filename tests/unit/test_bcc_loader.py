@@ -6,6 +6,7 @@ tests/kernel/test_symbolizer_stacks.py)."""
 
 from __future__ import annotations
 
+import threading
 import types
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,6 +21,7 @@ from zerotrace_collector.probes.bcc_loader import (
     compile_program,
     first_line,
     read_program,
+    release,
     tell_thread_states,
 )
 
@@ -113,3 +115,40 @@ def test_a_tracepoint_is_looked_for_under_either_tracefs_mount(
     (debug / "events" / "tcp" / "tcp_probe").mkdir(parents=True)
     assert bcc_loader.tracepoint_exists("tcp", "tcp_probe")
     assert not bcc_loader.tracepoint_exists("tcp", "tcp_retransmit_skb")
+
+
+class _SlowDetachBpf:
+    """bcc's BPF as `release` uses it: each detach blocks (as the kernel's grace period does,
+    outside the GIL) and one of them fails."""
+
+    def __init__(self, wait: threading.Barrier) -> None:
+        self.tracepoint_fds = {b"syscalls:sys_exit_read": 3, b"syscalls:sys_exit_write": 4}
+        self.uprobe_fds = {b"p_libssl_SSL_read": 5, b"p_libssl_SSL_write": 6}
+        self.detached: list[bytes] = []
+        self.cleaned_after: list[bytes] | None = None
+        self._wait = wait
+
+    def detach_tracepoint(self, tp: bytes) -> None:
+        self._wait.wait()  # returns only once all four detaches run at the same time
+        if tp.endswith(b"write"):
+            raise RuntimeError("Failed to detach BPF from tracepoint")
+        del self.tracepoint_fds[tp]
+        self.detached.append(tp)
+
+    def detach_uprobe_event(self, ev: bytes) -> None:
+        self._wait.wait()
+        del self.uprobe_fds[ev]
+        self.detached.append(ev)
+
+    def cleanup(self) -> None:
+        self.cleaned_after = sorted(self.detached)
+
+
+def test_release_detaches_side_by_side_then_cleans_up() -> None:
+    bpf = _SlowDetachBpf(threading.Barrier(4, timeout=10))
+    release(bpf)
+    assert bpf.cleaned_after == sorted(
+        [b"syscalls:sys_exit_read", b"p_libssl_SSL_read", b"p_libssl_SSL_write"]
+    )
+    # The one that failed is left to bcc's own cleanup, which tries it again.
+    assert bpf.tracepoint_fds == {b"syscalls:sys_exit_write": 4}

@@ -6,10 +6,12 @@ bcc is imported lazily, so the probe modules import on hosts without it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Self
@@ -62,6 +64,27 @@ def compile_program(bpf_class: Any, text: str, cflags: list[str], source: Path) 
         return bpf_class(text=text.encode(), cflags=cflags)
     except Exception as exc:
         raise ProbeUnavailable(f"loading {source} failed: {first_line(exc)}") from exc
+
+
+# Detaches run side by side, at most this many at once (see `release`).
+_DETACH_THREADS = 32
+
+
+def release(bpf: Any) -> None:
+    """Detach every probe of a bcc program and free it: bcc's ``cleanup``, its tracepoints and
+    uprobes detached side by side first. Why: closing a tracepoint's perf event waits for an
+    RCU grace period in the kernel (perf_trace_event_unreg), 30-70 ms each, one after another
+    in ``cleanup``: the socket probe's 51 took 3.3 s at every stop. Each wait happens in a
+    ctypes call, which lets go of the GIL, so the waits overlap. A detach that fails is left to
+    ``cleanup``, which tries it again and raises as before."""
+    detaches = [(bpf.detach_tracepoint, tp) for tp in list(bpf.tracepoint_fds)]
+    detaches += [(bpf.detach_uprobe_event, ev) for ev in list(bpf.uprobe_fds)]
+    if len(detaches) > 1:
+        with ThreadPoolExecutor(min(_DETACH_THREADS, len(detaches))) as pool:
+            for future in [pool.submit(detach, key) for detach, key in detaches]:
+                with contextlib.suppress(Exception):
+                    future.result()
+    bpf.cleanup()
 
 
 def read_program(bpf_dir: Path, *names: str) -> str:

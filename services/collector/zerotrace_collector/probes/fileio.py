@@ -19,6 +19,7 @@ from .bcc_loader import (
     AttachedProbe,
     bcc_for,
     compile_program,
+    release,
 )
 from .fileio_decode import FileOpenSample, FileRwSample, decode_file_event
 
@@ -134,7 +135,7 @@ class FileOpenProbe(AttachedProbe):
             else:
                 events.open_ring_buffer(self._on_ring_event)
         except Exception as exc:
-            bpf.cleanup()
+            release(bpf)
             raise ProbeUnavailable(f"opening {EVENTS_MAP.decode()} failed: {exc}") from exc
         self._bpf = bpf
         # Perf-buffer mode: events between the tracepoints' auto-attach (inside BPF())
@@ -154,7 +155,7 @@ class FileOpenProbe(AttachedProbe):
             return
         self._lost_at_close = self.lost
         bpf, self._bpf = self._bpf, None
-        bpf.cleanup()
+        release(bpf)
 
     # -- events --------------------------------------------------------------
 

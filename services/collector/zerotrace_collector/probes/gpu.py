@@ -48,6 +48,7 @@ from .bcc_loader import (
     compile_program,
     first_line,
     read_program,
+    release,
     tell_python_walker,
     tell_thread_states,
 )
@@ -171,7 +172,7 @@ class GpuProbe(AttachedProbe):
                 for edge in (b"zt_gpu_enter_", b"zt_gpu_return_"):
                     bpf.load_func(edge + api.symbol.encode(), bpf_class.KPROBE)
         except Exception as exc:
-            bpf.cleanup()
+            release(bpf)
             raise ProbeUnavailable(
                 f"loading the uprobe programs failed: {first_line(exc)}"
             ) from exc
@@ -310,7 +311,7 @@ class GpuProbe(AttachedProbe):
         self._libs.clear()
         self._final_stats = self._stats()
         bpf, self._bpf = self._bpf, None
-        bpf.cleanup()
+        release(bpf)
 
     # -- events --------------------------------------------------------------
 

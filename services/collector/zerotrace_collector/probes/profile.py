@@ -22,6 +22,7 @@ from .bcc_loader import (
     bcc_for,
     compile_program,
     read_program,
+    release,
     tell_python_walker,
     tell_thread_states,
 )
@@ -169,7 +170,7 @@ class ProfileProbe(AttachedProbe):
                     sample_freq=self.rate_hz,
                 )
         except Exception as exc:
-            bpf.cleanup()
+            release(bpf)
             raise ProbeUnavailable(f"attaching the CPU profiler failed: {exc}") from exc
         self._bpf = bpf
 
@@ -180,7 +181,7 @@ class ProfileProbe(AttachedProbe):
         self._lost_at_close, self._shed_at_close = self.lost, self.shed
         self._thinned_at_close = self.thinned
         bpf, self._bpf = self._bpf, None
-        bpf.cleanup()
+        release(bpf)
 
     # -- maps ----------------------------------------------------------------
 

@@ -24,6 +24,7 @@ emitted (the plaintext comes from the SSL uprobes), only counted in
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import time
@@ -35,7 +36,14 @@ from ..cgroup import Cgroup2, in_cgroup2
 from ..errors import MalformedEvent, ProbeUnavailable
 from ..proc_net import UNKNOWN, Endpoints, ProcNet
 from . import socket_table
-from .bcc_loader import AttachedProbe, annotated, bcc_for, compile_program, read_program
+from .bcc_loader import (
+    AttachedProbe,
+    annotated,
+    bcc_for,
+    compile_program,
+    read_program,
+    release,
+)
 from .event_layout import DEFAULT_PAYLOAD_MAX, ConnKind, RawEvent
 from .socket_decode import (
     ConnSample,
@@ -101,6 +109,20 @@ _SYSCALLS: Final = (
 # What the probe compares with a task's comm: 15 characters, nothing to escape in a C literal.
 COMM_PREFIX: Final = re.compile(r"[A-Za-z0-9_.:/@+-]{1,15}")
 _SWEEP_EVERY_S: Final = 10.0
+
+
+# The data calls' shared exit (bpf/socket.c, `zt_data_exit`): a program of its own, reached
+# from the ten exit tracepoints by a tail call through this one-slot array.
+DATA_EXIT_PROG: Final = b"zt_data_exit_tail"
+DATA_EXIT_ARRAY: Final = b"zt_data_exit_prog"
+
+
+def _link_data_exit(bpf: Any, bpf_class: Any) -> None:
+    """Load the shared exit program and put it where the exit tracepoints tail-call it. Until
+    this runs (the tracepoints are attached inside bcc's constructor), a data call's exit is
+    not traced: the probe is still starting."""
+    exit_prog = bpf.load_func(DATA_EXIT_PROG, bpf_class.TRACEPOINT)
+    bpf[DATA_EXIT_ARRAY][ctypes.c_int(0)] = ctypes.c_int(exit_prog.fd)
 
 
 def _possible_cpus() -> int:
@@ -285,11 +307,12 @@ class SocketProbe(AttachedProbe):
                 self.notes.append("libssl not found: TLS capture off, syscall capture on")
         bpf = compile_program(bpf_class, self._source(), self.cflags(), self.source_path)
         try:
+            _link_data_exit(bpf, bpf_class)
             # A new program's ring: its flow counts start at 0.
             self._ring = EventRing(bpf, bpf[EVENTS_MAP], bpf[FLOW_MAP], self.notes)
             self._corrupt_seen = 0
         except Exception as exc:
-            bpf.cleanup()
+            release(bpf)
             raise ProbeUnavailable(f"opening {EVENTS_MAP.decode()} failed: {exc}") from exc
         self._bpf = bpf
         self.tls_active = self._tls_enabled() and self._attach_tls(bpf)
@@ -315,7 +338,7 @@ class SocketProbe(AttachedProbe):
         if self._ring is not None:
             self._ring.close()
             self._ring = None
-        bpf.cleanup()
+        release(bpf)
 
     # -- tracked sockets -----------------------------------------------------
 
