@@ -78,6 +78,7 @@ def collector(args: argparse.Namespace) -> int:
         follows=bool(args.pid),
         sockets=sockets,
         file_rw=common.file_rw,
+        service_names=common.service_names,
     )
     if args.ebpf:
         print("\n".join(feeds.programs()))

@@ -100,16 +100,21 @@ def node_feeds(
     follows: bool,
     sockets: bool = True,
     file_rw: bool = True,
+    service_names: str = "",
 ) -> NodeFeeds:
     """Feeds for the options `args` carries (--pid, --port, socket filters, --no-files,
     --no-tls, profiling). follows: only processes given to `follow` (and their children) are
     captured in the kernel; sockets: capture TCP traffic at all; file_rw: file reads and
-    writes too, not only opens (ZEROTRACE_FILE_RW)."""
+    writes too, not only opens (ZEROTRACE_FILE_RW); service_names: ZEROTRACE_SERVICE_NAMES
+    (raises ConfigError with one line). One service cache names the processes of every feed."""
+    from zerotrace.service_identity import parse_service_names
     from zerotrace_collector.feeds import FileOpenFeed, SocketFeed
     from zerotrace_collector.probes.fileio import FileOpenProbe
     from zerotrace_collector.probes.socket import SocketProbe
     from zerotrace_collector.probes.tls import find_libssl
+    from zerotrace_collector.service_cache import ServiceCache
 
+    services = ServiceCache(parse_service_names(service_names))
     feeds: list[Any] = []
     socket_probe = None
     if sockets:
@@ -121,12 +126,16 @@ def node_feeds(
             libssl=None if args.no_tls else find_libssl(),
             **socket_options(args),
         )
-        feeds.append(SocketFeed(socket_probe, node_id, mono_to_epoch_ns, redactor(args)))
+        feeds.append(
+            SocketFeed(socket_probe, node_id, mono_to_epoch_ns, redactor(args), services=services)
+        )
     if not args.no_files:
         # Reads and writes only of the processes observed: the host's all would flood the ring.
         probe = FileOpenProbe(
             BPF_DIR, pid_filter=args.pid, rw=file_rw and follows, follow=follows and file_rw
         )
-        feeds.append(FileOpenFeed(probe, node_id, mono_to_epoch_ns))
-    profiling = profiling_feeds(args, BPF_DIR, node_id, mono_to_epoch_ns, follows=follows)
+        feeds.append(FileOpenFeed(probe, node_id, mono_to_epoch_ns, services))
+    profiling = profiling_feeds(
+        args, BPF_DIR, node_id, mono_to_epoch_ns, follows=follows, services=services
+    )
     return NodeFeeds(profiling + feeds, socket_probe, profiling)

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zerotrace_collector.probes.profile import DEFAULT_OFFCPU_MIN_NS, DEFAULT_RATE_HZ
+
+if TYPE_CHECKING:
+    from zerotrace_collector.service_cache import ServiceCache
 
 
 def add_profiling_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,10 +45,16 @@ def add_profiling_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def profiling_feeds(
-    args: argparse.Namespace, bpf_dir: Path, node_id: str, mono_to_epoch_ns: int, follows: bool
+    args: argparse.Namespace,
+    bpf_dir: Path,
+    node_id: str,
+    mono_to_epoch_ns: int,
+    follows: bool,
+    services: ServiceCache | None = None,
 ) -> list[Any]:
     """The feeds --profile asks for (none without it). follows: only the processes given to
-    `follow` after attaching (and their children); otherwise every process but ours."""
+    `follow` after attaching (and their children); otherwise every process but ours;
+    services: the node's ServiceCache (None: records name no service)."""
     if not args.profile:
         return []
     from zerotrace_collector.gpu_feed import GpuFeed
@@ -65,12 +74,14 @@ def profiling_feeds(
         off_cpu_min_ns=args.off_cpu_min_us * 1000,
         pids=pids,
     )
-    feeds: list[Any] = [ProfileFeed(probe, node_id, mono_to_epoch_ns, symbolizer)]
+    feeds: list[Any] = [
+        ProfileFeed(probe, node_id, mono_to_epoch_ns, symbolizer, services=services)
+    ]
     if not args.no_gpu:
         # First: the collector loop waits on its first feed, and a process stopped at a CUDA
         # library open waits for this feed's poll to be resumed.
         gpu = GpuProbe(bpf_dir, follow=follows)
-        feeds.insert(0, GpuFeed(gpu, node_id, mono_to_epoch_ns, symbolizer))
+        feeds.insert(0, GpuFeed(gpu, node_id, mono_to_epoch_ns, symbolizer, services=services))
     return feeds
 
 

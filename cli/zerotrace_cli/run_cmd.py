@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         offset,
         follows=bool(command or args.pid),
         file_rw=common.file_rw,
+        service_names=common.service_names,
     )
     if args.ebpf:
         print("\n".join(feeds.programs()))

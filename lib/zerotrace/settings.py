@@ -158,3 +158,9 @@ class CommonSettings:
         "Report reads and writes on files (one event per call on a file whose open was seen),"
         " for the file I/O on each span; off: opens only.",
     )
+    service_names: str = setting(
+        "ZEROTRACE_SERVICE_NAMES",
+        "",
+        "Service names by rule: 'pattern=name,...', the first shell glob that matches a"
+        " process's comm, derived name or command line names it (zerotrace.service_identity).",
+    )

@@ -40,6 +40,8 @@ CONN_FIELDS: Final = (
     "remote_addr",
     "remote_port",
 )
+# Connection fields added later (with a default): a batch from an older writer may lack them.
+OPTIONAL_CONN_FIELDS: Final = ("service",)
 CALL_FIELDS: Final = (
     "tid",
     "direction",
@@ -90,6 +92,7 @@ def socket_data_of(batch: Mapping[str, Any]) -> list[dict[str, Any]]:
     PoisonInput as `call_columns` does."""
     columns = call_columns(batch)
     conn = {name: batch[name] for name in CONN_FIELDS}
+    conn.update((name, batch.get(name)) for name in OPTIONAL_CONN_FIELDS)
     node_id, pid = conn["node_id"], conn["pid"]
     out = []
     for values in zip(*columns, strict=True):
@@ -106,5 +109,6 @@ def socket_batch_of(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The SocketBatch of SocketData *records* of one connection (their connection fields
     are taken from the first); the inverse of :func:`socket_data_of`."""
     batch = {name: records[0][name] for name in CONN_FIELDS}
+    batch.update((name, records[0].get(name)) for name in OPTIONAL_CONN_FIELDS)
     batch["calls"] = {name: [r.get(name) for r in records] for name in CALL_FIELDS}
     return batch

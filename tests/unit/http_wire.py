@@ -57,6 +57,7 @@ def close(t: int, conn: str = "c1") -> dict[str, Any]:
         "pid": 10,
         "tid": 11,
         "process_name": "python3",
+        "service": None,
         "container_id": None,
         "conn_id": conn,
         "fd": 5,

@@ -86,6 +86,7 @@ def test_record_fields_and_epoch_times() -> None:
         "pid": 41,
         "tid": 43,
         "process_name": "trainer",
+        "service": None,
         "container_id": "c0ffee",
         "api": "cudaMalloc",
         "start_ns": 10**18 + 1000,

@@ -38,6 +38,7 @@ def test_data_records_as_seen_from_the_client_socket(codec: AvroCodec) -> None:
         "pid": 0,
         "tid": 0,
         "process_name": "",
+        "service": None,
         "container_id": None,
         "conn_id": "n1/tcp/10.0.0.1:40000-10.0.0.2:8000/1000",
         "fd": -1,

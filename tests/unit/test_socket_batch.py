@@ -13,6 +13,7 @@ from zerotrace.schemas import load_schema_dir
 from zerotrace.socket_batch import (
     CALL_FIELDS,
     CONN_FIELDS,
+    OPTIONAL_CONN_FIELDS,
     socket_batch_of,
     socket_data_of,
     socket_event_id,
@@ -25,6 +26,7 @@ CONN = {
     "pid": 10,
     "process_name": "uvicorn",
     "container_id": None,
+    "service": "app.main",
     "conn_id": "node-a/10/5/400",
     "fd": 5,
     "local_addr": "127.0.0.1",
@@ -52,10 +54,11 @@ def call(tid: int, start: int, direction: str, source: str = "SYSCALL") -> dict[
 def test_the_fields_split_socket_data_in_two_with_the_id_left_to_derive() -> None:
     schemas = load_schema_dir()
     single = [f["name"] for f in schemas[names.RAW_SOCKET.record].parsed["fields"]]
-    assert sorted(single) == sorted(["event_id", *CONN_FIELDS, *CALL_FIELDS])
+    assert sorted(single) == sorted(["event_id", *CONN_FIELDS, *CALL_FIELDS, *OPTIONAL_CONN_FIELDS])
     batch = schemas[names.SOCKET_BATCH_RECORD].parsed["fields"]
-    assert [f["name"] for f in batch] == [*CONN_FIELDS, "calls"]
-    columns = batch[-1]["type"]["fields"]
+    # Fields added later come after the calls (fields are only ever added, at the end).
+    assert [f["name"] for f in batch] == [*CONN_FIELDS, "calls", *OPTIONAL_CONN_FIELDS]
+    columns = next(f for f in batch if f["name"] == "calls")["type"]["fields"]
     assert [f["name"] for f in columns] == list(CALL_FIELDS)
     assert all(f["type"]["type"] == "array" for f in columns)
 

@@ -20,6 +20,7 @@ from zerotrace_collector.probes.socket import SocketProbe
 from zerotrace_collector.probes.socket_decode import SocketDataSample
 from zerotrace_collector.records import file_open_record, file_rw_record
 from zerotrace_collector.redaction import Redactor
+from zerotrace_collector.service_cache import ServiceCache, service_of
 from zerotrace_collector.socket_records import conn_event_record, socket_batch_record
 
 
@@ -73,11 +74,18 @@ class Feed(Protocol):
 class FileOpenFeed:
     name = "file-open"
 
-    def __init__(self, probe: FileOpenProbe, node_id: str, mono_to_epoch_ns: int) -> None:
+    def __init__(
+        self,
+        probe: FileOpenProbe,
+        node_id: str,
+        mono_to_epoch_ns: int,
+        services: ServiceCache | None = None,
+    ) -> None:
         self.probe = probe
         self.follows = probe.follow
         self._node_id = node_id
         self._offset_ns = mono_to_epoch_ns
+        self._services = services
 
     def attach(self) -> None:
         self.probe.attach()
@@ -86,10 +94,11 @@ class FileOpenFeed:
         out = []
         for sample in self.probe.poll(timeout_ms):
             container = container_id_of(sample.pid)
+            service = service_of(self._services, sample.pid, sample.comm)
             if isinstance(sample, FileRwSample):
-                datum = file_rw_record(sample, self._node_id, self._offset_ns, container)
+                datum = file_rw_record(sample, self._node_id, self._offset_ns, container, service)
             else:
-                datum = file_open_record(sample, self._node_id, self._offset_ns, container)
+                datum = file_open_record(sample, self._node_id, self._offset_ns, container, service)
             out.append(
                 RawRecord(
                     names.RAW_FILEIO.name, str(sample.pid).encode(), names.RAW_FILEIO.record, datum
@@ -120,9 +129,11 @@ class SocketFeed:
         mono_to_epoch_ns: int,
         redactor: Redactor | None = None,
         cpu_ns: Callable[[], int] = time.thread_time_ns,
+        services: ServiceCache | None = None,
     ) -> None:
         """cpu_ns: this thread's CPU time, read around each record's redaction (tests pass a
-        fake), so what masking costs shows in the counters (`redact_cpu_us`)."""
+        fake), so what masking costs shows in the counters (`redact_cpu_us`); services: the
+        service names of processes (one cache for every feed of a node)."""
         self.probe = probe
         self.follows = probe.follow
         self._cpu_ns = cpu_ns
@@ -130,6 +141,7 @@ class SocketFeed:
         self._node_id = node_id
         self._offset_ns = mono_to_epoch_ns
         self._containers: dict[int, str | None] = {}
+        self._services = services
         # Credentials (and content, unless kept) are masked before a record exists: nothing
         # downstream (Kafka, the spool, the embedded store) ever holds them.
         self.redactor = redactor if redactor is not None else Redactor()
@@ -182,6 +194,7 @@ class SocketFeed:
                 self._offset_ns,
                 self._container(sample.pid),
                 self.probe.endpoints(sample),
+                service_of(self._services, sample.pid, sample.comm),
             )
             yield RawRecord(
                 names.RAW_CONN.name, str(datum["conn_id"]).encode(), names.RAW_CONN.record, datum
@@ -197,6 +210,7 @@ class SocketFeed:
             self._offset_ns,
             self._container(first.pid),
             self.probe.endpoints(first),
+            service_of(self._services, first.pid, first.comm),
         )
         conn = (first.pid, first.fd, first.conn_start_ns)
         redact = self.redactor.redact

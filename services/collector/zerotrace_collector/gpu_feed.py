@@ -29,6 +29,7 @@ from zerotrace_collector.probes.gpu_decode import GpuCallSample
 from zerotrace_collector.python_procs import process_start_time
 from zerotrace_collector.python_symbols import PythonSymbols
 from zerotrace_collector.python_threads import ThreadStateRefill
+from zerotrace_collector.service_cache import ServiceCache, service_of
 from zerotrace_collector.stack_merge import call_sites, merge_stack
 
 __all__ = ["GpuFeed", "UserSymbolizer", "calling_frames", "gpu_api_record"]
@@ -74,6 +75,7 @@ def gpu_api_record(
     node_id: str,
     mono_to_epoch_ns: int,
     container_id: str | None,
+    service: str | None = None,
 ) -> dict[str, Any]:
     """The ``zerotrace.raw.GpuApiEvent`` datum of one call (pure).
 
@@ -87,6 +89,7 @@ def gpu_api_record(
         "pid": call.pid,
         "tid": call.tid,
         "process_name": call.comm,
+        "service": service,
         "container_id": container_id,
         "api": call.api.symbol,
         "start_ns": start_ns,
@@ -114,8 +117,9 @@ class GpuFeed:
     on one partition, in order).
 
     *symbolizer* names native addresses (a :class:`~zerotrace_collector.symbols.Symbolizer`),
-    *python_symbols* Python frames; *container_of* maps a pid to its container id. Every
-    *sweep_s* seconds of *clock*, what is held for processes that exited is dropped.
+    *python_symbols* Python frames; *container_of* maps a pid to its container id, *services*
+    names its service. Every *sweep_s* seconds of *clock*, what is held for processes that
+    exited is dropped.
     """
 
     name = "gpu"
@@ -129,6 +133,7 @@ class GpuFeed:
         *,
         python_symbols: PythonSymbols | None = None,
         container_of: Callable[[int], str | None] = container_id_of,
+        services: ServiceCache | None = None,
         clock: Callable[[], float] = time.monotonic,
         sweep_s: float = 5.0,
         max_stacks: int = 16_384,
@@ -141,6 +146,7 @@ class GpuFeed:
         self._symbolizer = symbolizer
         self._py = python_symbols or PythonSymbols()
         self._containers = ContainerIds(container_of)
+        self._services = services
         self._clock = clock
         self._sweep_s = sweep_s
         self._swept_at = clock()
@@ -213,6 +219,7 @@ class GpuFeed:
                 self._node_id,
                 self._offset_ns,
                 self._containers.of(call.pid),
+                service_of(self._services, call.pid, call.comm),
             )
             out.append(
                 RawRecord(names.RAW_GPU.name, str(call.pid).encode(), names.RAW_GPU.record, datum)
@@ -236,6 +243,8 @@ class GpuFeed:
                 self.counts["pid_reused"] += 1  # another process: learnt again on its calls
             self._stacks.clear()
             self._containers.forget(pid)
+            if self._services is not None:
+                self._services.forget(pid)
             self.probe.forget_python(pid)
             self._thread_states.forget(pid)
             self._py.forget(pid)

@@ -29,6 +29,7 @@ from zerotrace_collector.probes.profile_decode import ProcessNews, ProfileSample
 from zerotrace_collector.python_procs import PythonProcess, inspect, process_start_time
 from zerotrace_collector.python_symbols import PythonSymbols
 from zerotrace_collector.python_threads import ThreadStateRefill
+from zerotrace_collector.service_cache import ServiceCache, service_of
 from zerotrace_collector.stack_merge import call_sites, merge_stack
 
 __all__ = ["FrameSymbolizer", "ProfileFeed"]
@@ -74,6 +75,7 @@ class ProfileFeed:
         max_stacks: int = 16_384,
         thread_walk_s: float = 2.0,
         proc: str = "/proc",
+        services: ServiceCache | None = None,
     ) -> None:
         self.probe = probe
         self.follows = probe.pids is not None
@@ -93,6 +95,7 @@ class ProfileFeed:
         self._gone: dict[int, float] = {}  # pid -> when its exit was noticed
         self._swept_at = clock()
         self._containers = ContainerIds()
+        self._services = services
         # Merged frames by everything they are made of: a busy program repeats a few stacks
         # (the same addresses, the same few instructions of a hot loop), and a hit skips the
         # symbolizers and the merge. Cleared whenever a process is forgotten.
@@ -166,6 +169,8 @@ class ProfileFeed:
         self._seen.pop(pid, None)
         self._thread_states.forget(pid)
         self._containers.forget(pid)
+        if self._services is not None:
+            self._services.forget(pid)
         self._py.forget(pid)
         self._symbolizer.forget(pid)
         with contextlib.suppress(RuntimeError):  # probe already closed
@@ -283,6 +288,7 @@ class ProfileFeed:
             "pid": sample.pid,
             "tid": sample.tid,
             "process_name": sample.comm,
+            "service": service_of(self._services, sample.pid, sample.comm),
             "container_id": self._containers.of(sample.pid),
             "ts_ns": ts_ns,
             "profile_type": kind,

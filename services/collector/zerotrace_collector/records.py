@@ -8,10 +8,15 @@ from zerotrace_collector.probes.fileio_decode import FileOpenSample, FileRwSampl
 
 
 def file_open_record(
-    sample: FileOpenSample, node_id: str, mono_to_epoch_ns: int, container_id: str | None
+    sample: FileOpenSample,
+    node_id: str,
+    mono_to_epoch_ns: int,
+    container_id: str | None,
+    service: str | None = None,
 ) -> dict[str, Any]:
     """mono_to_epoch_ns: add to a CLOCK_MONOTONIC time (what bpf_ktime_get_ns returns) to get
-    ns since the epoch; measured once by the collector, so records stay deterministic."""
+    ns since the epoch; measured once by the collector, so records stay deterministic.
+    service: the process's service name (zerotrace.service_identity), None when not named."""
     start_ns = sample.start_mono_ns + mono_to_epoch_ns
     return {
         # pid, tid and the entry time in ns identify one syscall on one node.
@@ -20,6 +25,7 @@ def file_open_record(
         "pid": sample.pid,
         "tid": sample.tid,
         "process_name": sample.comm,
+        "service": service,
         "container_id": container_id,
         "cgroup_id": sample.cgroup_id,
         "op": "OPEN",
@@ -32,7 +38,11 @@ def file_open_record(
 
 
 def file_rw_record(
-    sample: FileRwSample, node_id: str, mono_to_epoch_ns: int, container_id: str | None
+    sample: FileRwSample,
+    node_id: str,
+    mono_to_epoch_ns: int,
+    container_id: str | None,
+    service: str | None = None,
 ) -> dict[str, Any]:
     """A read or write (fileio.c ZT_FILE_RW) as a raw.fileio record: result the bytes moved or
     -errno, path the one its fd was opened with, flags 0."""
@@ -44,6 +54,7 @@ def file_rw_record(
         "pid": sample.pid,
         "tid": sample.tid,
         "process_name": sample.comm,
+        "service": service,
         "container_id": container_id,
         "cgroup_id": sample.cgroup_id,
         "op": op,

@@ -10,6 +10,7 @@ Ids:
             are two observations), ``connect``/``accept``/``close`` for ConnEvent.
   conn_id   ``{node}/{pid}/{fd}/{conn_start_ns}``: the same for every record of one
             connection, from connect/accept (or discovery in /proc) to close.
+``service``: the process's service name (zerotrace.service_identity), given by the feed.
 ``tcp_seq``: the sequence number of the call's first byte for syscall events when the
 probe found the kernel's struct offsets (BTF); null for SSL calls (their bytes are
 plaintext, the sequence numbers count ciphertext) and where the kernel has no BTF.
@@ -59,11 +60,13 @@ def _connection(
     mono_to_epoch_ns: int,
     container_id: str | None,
     endpoints: Endpoints,
+    service: str | None,
 ) -> dict[str, Any]:
     return {
         "node_id": node_id,
         "pid": sample.pid,
         "process_name": sample.comm,
+        "service": service,
         "container_id": container_id,
         "conn_id": conn_id(node_id, sample.pid, sample.fd, sample.conn_start_ns, mono_to_epoch_ns),
         "fd": sample.fd,
@@ -95,11 +98,12 @@ def socket_batch_record(
     mono_to_epoch_ns: int,
     container_id: str | None,
     endpoints: Endpoints,
+    service: str | None = None,
 ) -> dict[str, Any]:
     """zerotrace.raw.SocketBatch: *samples* are calls of one connection and one comm, in
     order (the caller groups them); the connection's fields are taken from the first."""
     return {
-        **_connection(samples[0], node_id, mono_to_epoch_ns, container_id, endpoints),
+        **_connection(samples[0], node_id, mono_to_epoch_ns, container_id, endpoints, service),
         "calls": socket_calls(samples, mono_to_epoch_ns),
     }
 
@@ -110,6 +114,7 @@ def socket_data_record(
     mono_to_epoch_ns: int,
     container_id: str | None,
     endpoints: Endpoints,
+    service: str | None = None,
 ) -> dict[str, Any]:
     """zerotrace.raw.SocketData: one call (what call i of a SocketBatch reads back as)."""
     call = {name: column[0] for name, column in socket_calls([sample], mono_to_epoch_ns).items()}
@@ -118,7 +123,7 @@ def socket_data_record(
     )
     return {
         "event_id": event_id,
-        **_connection(sample, node_id, mono_to_epoch_ns, container_id, endpoints),
+        **_connection(sample, node_id, mono_to_epoch_ns, container_id, endpoints, service),
         **call,
     }
 
@@ -135,6 +140,7 @@ def conn_event_record(
     mono_to_epoch_ns: int,
     container_id: str | None,
     endpoints: Endpoints,
+    service: str | None = None,
 ) -> dict[str, Any]:
     """ts_ns is the syscall's return (ESTABLISHED: the state change); duration_ns, for CONNECT,
     the syscall's duration, and 0 for a non-blocking connect (it returned -EINPROGRESS at once:
@@ -150,6 +156,7 @@ def conn_event_record(
         "pid": sample.pid,
         "tid": sample.tid,
         "process_name": sample.comm,
+        "service": service,
         "container_id": container_id,
         "conn_id": conn_id(node_id, sample.pid, sample.fd, sample.conn_start_ns, mono_to_epoch_ns),
         "fd": sample.fd,

@@ -51,7 +51,7 @@ CLIENT, SERVER, NETWORK = "CLIENT", "SERVER", "NETWORK"
 # What an exchange keeps of the call that started it (not the payload: an idle keep-alive
 # connection would otherwise hold a captured payload until its next request).
 ORIGIN_FIELDS = (
-    "event_id", "node_id", "pid", "tid", "process_name", "container_id",
+    "event_id", "node_id", "pid", "tid", "process_name", "service", "container_id",
     "local_addr", "local_port", "remote_addr", "remote_port",
 )  # fmt: skip
 _CONN_ORIGIN_FIELDS = tuple(f for f in ORIGIN_FIELDS if f not in ("event_id", "tid"))

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from zerotrace import names
+from zerotrace.service_identity import record_service
 from zerotrace_correlator.conversation import CLIENT, NETWORK, SERVER, Exchange
 from zerotrace_correlator.fileio_spans import stable_id
 from zerotrace_correlator.llm_metrics import ContentTimeline, compute_timings
@@ -111,7 +112,7 @@ def http_span(ex: Exchange) -> dict[str, Any]:
         "tid": int(origin.get("tid", 0)),
         "process_name": str(origin.get("process_name", "")),
         "container_id": origin.get("container_id"),
-        "service": str(origin.get("process_name", "")),
+        "service": record_service(origin),
         "kind": _KIND[ex.observation_point],
         "name": f"{request.method} {path}",
         "start_ns": ex.start_ns,
@@ -141,7 +142,7 @@ def llm_request(ex: Exchange) -> dict[str, Any] | None:
         "request_id": span_id,
         "span_id": span_id,
         "node_id": str(origin.get("node_id", "")),
-        "service": str(origin.get("process_name", "")),
+        "service": record_service(origin),
         "observation_point": ex.observation_point,
         "model": model,
         "endpoint": ex.endpoint,

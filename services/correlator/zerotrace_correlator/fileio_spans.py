@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from zerotrace import names
+from zerotrace.service_identity import record_service
 
 
 def stable_id(*parts: str, length: int = 16) -> str:
@@ -38,7 +39,7 @@ def file_open_span(raw: Mapping[str, Any]) -> dict[str, Any]:
         "tid": raw["tid"],
         "process_name": raw["process_name"],
         "container_id": raw.get("container_id"),
-        "service": raw["process_name"],
+        "service": record_service(raw),
         "kind": names.SPAN_KIND_FILE_OPEN if op == "open" else f"file.{op}",
         "name": f"{op} {raw['path']}",
         "start_ns": raw["start_ns"],

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerotrace import names
+from zerotrace.service_identity import record_service
 from zerotrace_correlator.content_encoding import decoding
 from zerotrace_correlator.llm_apis import LlmAnalyzer, LlmApi, api_for
 from zerotrace_correlator.llm_metrics import ContentTimeline, compute_timings
@@ -326,7 +327,7 @@ def llm_record(
         "request_id": span_id,
         "span_id": span_id,
         "node_id": str(origin.get("node_id", "")),
-        "service": str(origin.get("process_name", "")),
+        "service": record_service(origin),
         "observation_point": observation_point,
         "model": model,
         "endpoint": result.endpoint,

@@ -30,7 +30,7 @@ CLIENT, SERVER, NETWORK = "CLIENT", "SERVER", "NETWORK"
 # (http2.MAX_OPEN_STREAMS); other protocols' spans of one start come out together.
 RANKED_STARTS = 1024
 _ORIGIN_FIELDS = (
-    "node_id", "pid", "process_name", "container_id",
+    "node_id", "pid", "process_name", "service", "container_id",
     "local_addr", "local_port", "remote_addr", "remote_port",
 )  # fmt: skip
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from zerotrace import names
+from zerotrace.service_identity import record_service
 from zerotrace_correlator.exchange_records import endpoint_attributes
 from zerotrace_correlator.fileio_spans import stable_id
 from zerotrace_correlator.proto_conversation import SERVER, ProtoExchange
@@ -31,7 +32,7 @@ def proto_span(px: ProtoExchange) -> dict[str, Any]:
         "tid": int(origin.get("tid", 0)),
         "process_name": str(origin.get("process_name", "")),
         "container_id": origin.get("container_id"),
-        "service": str(origin.get("process_name", "")),
+        "service": record_service(origin),
         "kind": names.protocol_span_kind(span.protocol, side),
         "name": span.name,
         "start_ns": span.start_ns,

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerotrace.service_identity import record_service
 from zerotrace_profiler_agg.gpu_memory import Allocation, FreeOutcome, LiveAllocations
 from zerotrace_profiler_agg.windows import Key, Series, Windows, folded, profile_record
 
@@ -122,7 +123,8 @@ class GpuFold:
             if frames[-1] != f"cuda:{api}":
                 frames.append(f"cuda:{api}")  # the leaf the frame format promises
             stack = folded(frames, tid)
-            key: Key = (node, call["process_name"], pid, kind or "")
+            service = record_service(call)
+            key: Key = (node, service, pid, kind or "")
             if kind is not None:
                 weight = int(call["size"]) if kind == ALLOC else 1
                 if late:
@@ -139,7 +141,7 @@ class GpuFold:
                     node=node,
                     pid=pid,
                     tid=tid,
-                    service=call["process_name"],
+                    service=service,
                     address=int(call["address"]),
                     size=int(call["size"]),
                     stack=stack,

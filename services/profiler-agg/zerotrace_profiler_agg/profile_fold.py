@@ -18,6 +18,7 @@ from typing import Any
 
 from zerotrace.errors import PoisonInput
 from zerotrace.holds import Holds
+from zerotrace.service_identity import record_service
 from zerotrace_profiler_agg.gpu_fold import GpuFold
 from zerotrace_profiler_agg.gpu_memory import LiveAllocations
 from zerotrace_profiler_agg.settings import MS, ProfilerAggSettings
@@ -57,7 +58,7 @@ class ProfileFold:
         node, pid, ts = sample["node_id"], int(sample["pid"]), int(sample["ts_ns"])
         series: Series = (node, pid, "stack")
         self._seen(series, source, ts)
-        key: Key = (node, sample["process_name"], pid, profile_type)
+        key: Key = (node, record_service(sample), pid, profile_type)
         if self.windows.observe(series, ts):
             self.late_samples += 1
             self.windows.count_late(series, key)

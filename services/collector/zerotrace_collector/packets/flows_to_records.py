@@ -4,7 +4,8 @@ The packet path produces the same raw records as the eBPF socket path, so everyt
 is shared. Conventions, as seen from the client's socket:
 - local = the client, remote = the server; EGRESS = client -> server, INGRESS = server -> client.
   The correlator treats source PACKET as the NETWORK observation point.
-- pid, tid 0, process_name "" and fd -1: a packet does not say which process owns the socket.
+- pid, tid 0, process_name "", service null and fd -1: a packet does not say which process
+  owns the socket.
 - start_ns == end_ns == the time of the packet that made the bytes contiguous.
 - A gap marker becomes a record with `bytes` = the missing count, an empty payload and
   payload_truncated True; tcp_seq is the sequence number of the first byte (missing or not).
@@ -81,6 +82,7 @@ def socket_data_records(
                 "pid": UNKNOWN_PID,
                 "tid": UNKNOWN_PID,
                 "process_name": "",
+                "service": None,
                 "container_id": None,
                 "conn_id": cid,
                 "fd": UNKNOWN_FD,
@@ -110,6 +112,7 @@ def datagram_record(
         "pid": UNKNOWN_PID,
         "tid": UNKNOWN_PID,
         "process_name": "",
+        "service": None,
         "container_id": None,
         "conn_id": cid,
         "fd": UNKNOWN_FD,
@@ -134,6 +137,7 @@ def conn_event_record(flow: FlowId, node_id: str, kind: str, ts_ns: int) -> dict
         "pid": UNKNOWN_PID,
         "tid": UNKNOWN_PID,
         "process_name": "",
+        "service": None,
         "container_id": None,
         "conn_id": cid,
         "fd": UNKNOWN_FD,
