@@ -103,7 +103,9 @@ def test_server_spans_are_named_by_the_module_the_server_runs(tmp_path: Path) ->
     server = by_kind(spans, names.SPAN_KIND_HTTP_SERVER)
     client = by_kind(spans, names.SPAN_KIND_HTTP_CLIENT)
     assert len(server) == len(client) == REQUESTS
-    assert {(s["process_name"], s["service"]) for s in server} == {("python3", "http.server")}
+    # Its comm is the interpreter's file name ("python3", or "python" in a virtualenv).
+    assert {s["service"] for s in server} == {"http.server"}
+    assert all(s["process_name"].startswith("python") for s in server)
     assert "http.server" not in {s["service"] for s in client}
 
 

@@ -572,3 +572,62 @@ def _is_read(sample: SocketSample, start: bytes) -> bool:
         and sample.direction == Direction.INGRESS
         and sample.payload.startswith(start)
     )
+
+
+# A connection read late, its fd already another socket's: A is connected, used and closed,
+# then an AF_UNIX socket is made at the same fd (as asyncio's self-pipe is) and kept until the
+# test has read A's events; then it is closed and B is connected at that fd and used.
+FD_REUSED = textwrap.dedent(
+    """
+    import json, socket, sys
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen()
+    a = socket.create_connection(srv.getsockname()); served_a, _ = srv.accept()
+    a.sendall(b"first"); served_a.recv(5)
+    fd = a.fileno(); a.close()
+    unix = socket.socket(socket.AF_UNIX)
+    print(json.dumps({"a": fd, "unix": unix.fileno(), "port": srv.getsockname()[1]}), flush=True)
+    sys.stdin.readline()
+    unix.close()
+    b = socket.create_connection(srv.getsockname()); served_b, _ = srv.accept()
+    b.sendall(b"second"); served_b.recv(6)
+    print(json.dumps({"b": b.fileno()}), flush=True)
+    sys.stdin.readline()
+    """
+)
+
+
+def test_a_connection_read_after_its_fd_went_to_another_socket_is_kept(
+    probe: SocketProbe,
+) -> None:
+    def sent(pid: int, payload: bytes) -> Callable[[list[SocketSample]], bool]:
+        return lambda got: any(
+            isinstance(s, SocketDataSample) and s.pid == pid and s.payload == payload for s in got
+        )
+
+    def connects(samples: list[SocketSample], pid: int) -> list[ConnSample]:
+        return [
+            s
+            for s in samples
+            if isinstance(s, ConnSample) and s.pid == pid and s.kind is ConnKind.CONNECT
+        ]
+
+    filtered_before = probe.filtered
+    child = _popen(FD_REUSED)
+    try:
+        fds = json.loads(_line(child))
+        assert fds["a"] == fds["unix"]  # the lowest free fd: A's, given again
+        first = _poll_until(probe, sent(child.pid, b"first"))
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert json.loads(_line(child))["b"] == fds["a"]
+        second = _poll_until(probe, sent(child.pid, b"second"))
+    finally:
+        reap(child)
+    # A's connect was kept and named by the address it connected to, not taken for the
+    # AF_UNIX socket that held its fd when it was read (which dropped it, counted filtered).
+    assert [c.fd for c in connects(first, child.pid)] == [fds["a"]]
+    assert probe.filtered == filtered_before
+    assert probe.endpoints(connects(first, child.pid)[0]).remote_port == fds["port"]
+    # B, at the same fd, was tracked whole.
+    assert [c.fd for c in connects(second, child.pid)] == [fds["a"]]

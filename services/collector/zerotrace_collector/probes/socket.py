@@ -496,6 +496,16 @@ class SocketProbe(AttachedProbe):
         if isinstance(sample, ConnSample) and sample.dgram:
             return self._resolve_dgram(sample)
         closed = isinstance(sample, ConnSample) and sample.kind is ConnKind.CLOSE
+        if (
+            not closed
+            and self._bpf is not None
+            and not socket_table.holds(self._bpf, pid, fd, conn)
+        ):
+            # Read late: the connection closed, and its fd may already be another socket's
+            # (one not yet connected is in no TCP table and was taken for AF_UNIX: this
+            # connection went unread, and untracking the fd stopped the next one). Named as a
+            # closed one is.
+            closed = True
         sock = None if closed else self.proc.lookup(pid, fd)
         if sock is None and not closed:
             sock = udp_socket(self.proc, pid, fd)

@@ -19,7 +19,16 @@ from typing import Any, Final
 from .event_layout import ConnKind
 from .socket_decode import ConnSample
 
-__all__ = ["FAMILY_MAP", "SOCKETS_MAP", "family_of", "note_listener", "sweep", "track", "untrack"]
+__all__ = [
+    "FAMILY_MAP",
+    "SOCKETS_MAP",
+    "family_of",
+    "holds",
+    "note_listener",
+    "sweep",
+    "track",
+    "untrack",
+]
 
 SOCKETS_MAP: Final = b"zt_socket_fds"
 FAMILY_MAP: Final = b"zt_socket_family"
@@ -43,6 +52,17 @@ def track(bpf: Any, pid: int, fd: int, family: int = 0) -> int:
         conn_start_ns=now, family=family, origin=ORIGIN_PROC, tls=0
     )
     return now
+
+
+def holds(bpf: Any, pid: int, fd: int, conn_start_ns: int) -> bool:
+    """Is (pid, fd) still the connection that began at *conn_start_ns*? Not once it closed,
+    nor once the fd was handed to another socket: what /proc shows at that fd is then another
+    socket's, not this connection's."""
+    table = bpf[SOCKETS_MAP]
+    try:
+        return int(table[table.Key(pid=pid, fd=fd)].conn_start_ns) == conn_start_ns
+    except KeyError:
+        return False
 
 
 def untrack(bpf: Any, pid: int, fd: int) -> None:
