@@ -24,6 +24,8 @@ Start here:
   zerotrace infra up                 start local Kafka and OpenSearch for the distributed mode
   zerotrace replay --from -1h --into incident1
                                      re-derive a past hour apart from live data (post-mortem)
+  zerotrace export --format parquet --from -1h ./lake
+                                     the last hour as Parquet (also Pyroscope, OTLP, Zipkin)
 """
 
 EPILOG = """\
@@ -36,6 +38,7 @@ Every setting is also an environment variable: `zerotrace settings` lists them.
 def build_parser() -> argparse.ArgumentParser:
     from zerotrace_cli import (
         collector_cmd,
+        export_cmd,
         infra_cmd,
         packet_cmds,
         profile_cmd,
@@ -59,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     infra_cmd.register(sub)
     profile_cmd.register(sub)
     replay_cmd.register(sub)
+    export_cmd.register(sub)
     return parser
 
 

@@ -56,6 +56,7 @@ class EmbeddedNode:
         from zerotrace_collector.collector import Collector
         from zerotrace_correlator.pipeline import CorrelatorStep
         from zerotrace_correlator.span_timings import FileDirs
+        from zerotrace_correlator.trace_step import ExchangeTraceStep, ProcessTraceStep
         from zerotrace_profiler_agg.profile_step import ProfileStep
         from zerotrace_profiler_agg.settings import ProfilerAggSettings
         from zerotrace_query.indexer import Indexer
@@ -81,7 +82,9 @@ class EmbeddedNode:
             codec, FileDirs.parse(common.kv_cache_dirs, common.model_dirs)
         )
         self.profiles = ProfileStep(codec, settings.load(ProfilerAggSettings))
-        self.steps = StepRunner(broker, [self.correlator, self.profiles])
+        # Trace assembly after the correlator: at the end of input its last spans come first.
+        traces = [ExchangeTraceStep(codec), ProcessTraceStep(codec)]
+        self.steps = StepRunner(broker, [self.correlator, self.profiles, *traces])
         consumer = broker.consumer(names.GROUP_QUERY_INDEXER)
         self.indexer = Indexer(
             consumer, broker.producer(), self.store, codec, self.clock, self._on_document
@@ -186,7 +189,7 @@ class EmbeddedNode:
 
     def _on_document(self, index: str, doc: dict[str, Any]) -> None:
         self.summary.add(index, doc)
-        if self.output == "lines":
+        if self.output == "lines" and index != names.INDEX_TRACE_EDGES:
             line = {names.INDEX_LLM: llm_line, names.INDEX_PROFILES: profile_line}.get(index)
             print((line or span_line)(doc), flush=True)
 

@@ -89,6 +89,7 @@ class Summary:
         self.llm: list[dict[str, Any]] = []
         self.profile_windows: Counter[str] = Counter()
         self.profile_samples: Counter[str] = Counter()
+        self.trace_links: dict[str, str] = {}  # link id -> rule ("" when taken back)
         self._recent: OrderedDict[str, tuple[str, str, bool]] = OrderedDict()
 
     def add(self, index: str, doc: dict[str, Any]) -> None:
@@ -98,6 +99,11 @@ class Summary:
         if index == names.INDEX_PROFILES:
             self.profile_windows[doc["profile_type"]] += 1
             self.profile_samples[doc["profile_type"]] += int(doc["samples"])
+            return
+        if index == names.INDEX_TRACE_EDGES:  # a link taken back replaces its link
+            self.trace_links[str(doc["edge_id"])] = (
+                str(doc["rule"]) if doc["parent_span_id"] else ""
+            )
             return
         # A span made again (its connection's set-up or its file I/O arrived after it, see
         # span_timings.py) keeps its id: it replaces the one counted before, as in the store.
@@ -154,6 +160,10 @@ class Summary:
                 for kind, n in sorted(self.profile_windows.items())
             )
             out.append(f"  profiles: {kinds}; see /flamegraph or `zerotrace profile`")
+        rules = Counter(rule for rule in self.trace_links.values() if rule)
+        if rules:
+            by_rule = ", ".join(f"{rule} {n}" for rule, n in sorted(rules.items()))
+            out.append(f"  trace links: {sum(rules.values())} ({by_rule}); see /traces")
         if cost is not None:
             rates = _rates(cost, counters.get("events", 0), indexed)
             out.append("  " + cost_line(cost, budget, [("in", rates[0]), ("out", rates[1])]))
@@ -181,6 +191,7 @@ class Summary:
             "dead_letters": dead_letters,
             "indexed": indexed,
             "profile_samples": dict(sorted(self.profile_samples.items())),
+            "trace_links": dict(sorted(Counter(r for r in self.trace_links.values() if r).items())),
             "counters": by_feed(counters),
             "correlator": dict(correlator),
             "self": {  # CPU comes in clock ticks (10 ms): no more digits than that

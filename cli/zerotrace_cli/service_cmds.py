@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -28,6 +30,7 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=correlator)
     p = sub.add_parser("profiler-agg", help="faust worker: stack samples -> profile windows")
     p.set_defaults(handler=profiler_agg)
+    _register_traces(sub)
 
     p = sub.add_parser("query", help="index derived topics into OpenSearch; serve HTTP and gRPC")
     p.add_argument("--http-port", type=int, default=8080, help="HTTP API port (on --host)")
@@ -81,6 +84,23 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=show_settings)
 
 
+def _register_traces(sub: Any) -> None:
+    p = sub.add_parser(
+        "traces",
+        help="faust workers: spans -> trace links (derived.trace)",
+        description=(
+            "Trace assembly in two stages, each a faust worker scaled by partition: "
+            "'exchange' joins the client's and the server's span of one request across "
+            "processes and hosts (TCP sequence numbers), and passes spans on keyed by "
+            "process; 'process' links the calls a request's thread made, and calls that "
+            "carry the request's traceparent, b3 or X-Request-ID. 'both' (the default) "
+            "runs the process stage in a child process beside the exchange stage."
+        ),
+    )
+    p.add_argument("--stage", choices=("both", "exchange", "process"), default="both")
+    p.set_defaults(handler=traces)
+
+
 def correlator(args: argparse.Namespace) -> int:
     from zerotrace_correlator.pipeline import CorrelatorStep
 
@@ -93,6 +113,25 @@ def profiler_agg(args: argparse.Namespace) -> int:
 
     agg = settings.load(ProfilerAggSettings)
     return _run_step_worker(lambda codec: ProfileStep(codec, agg))
+
+
+def traces(args: argparse.Namespace) -> int:
+    from zerotrace_correlator.trace_step import ExchangeTraceStep, ProcessTraceStep
+
+    if args.stage == "process":
+        return _run_step_worker(ProcessTraceStep)
+    if args.stage == "exchange":
+        return _run_step_worker(ExchangeTraceStep)
+    argv = [sys.executable, "-m", "zerotrace_cli", "traces", "--stage", "process"]
+    child = subprocess.Popen(argv)
+    try:
+        return _run_step_worker(ExchangeTraceStep)
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
 
 
 def _run_step_worker(make_step: Callable[[AvroCodec], Step]) -> int:

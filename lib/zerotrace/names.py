@@ -36,9 +36,17 @@ RAW_GPU = Topic("raw.gpu", "zerotrace.raw.GpuApiEvent", "pid", 6, 7 * DAY_MS)
 RAW_GPUMETRICS = Topic("raw.gpumetrics", "zerotrace.raw.GpuDeviceMetrics", "node", 3, 7 * DAY_MS)
 RAW_RDMA = Topic("raw.rdma", "zerotrace.raw.RdmaCounters", "node", 3, 7 * DAY_MS)
 
-DERIVED_SPAN = Topic("derived.span", "zerotrace.derived.Span", "trace", 6, 3 * DAY_MS)
+# Spans are keyed by their exchange (the connection's client and server address and port,
+# zerotrace_correlator.trace_assembly.exchange_key), so the client's and the server's span of
+# one exchange meet on one partition for trace assembly; a span with no connection, by its id.
+DERIVED_SPAN = Topic("derived.span", "zerotrace.derived.Span", "exchange", 6, 3 * DAY_MS)
 DERIVED_LLM = Topic("derived.llm", "zerotrace.derived.LlmRequest", "service", 6, 3 * DAY_MS)
-DERIVED_TRACE = Topic("derived.trace", "zerotrace.derived.TraceEdge", "trace", 6, 3 * DAY_MS)
+DERIVED_TRACE = Topic("derived.trace", "zerotrace.derived.TraceEdge", "child", 6, 3 * DAY_MS)
+# Trace assembly's second stage: the same spans again, keyed by node and process, so the links
+# inside one process (same thread, propagated ids) need no state across partitions.
+DERIVED_SPAN_BY_PROCESS = Topic(
+    "derived.span.by-process", "zerotrace.derived.Span", "process", 6, 1 * DAY_MS
+)
 DERIVED_PROFILE = Topic(
     "derived.profile", "zerotrace.derived.ProfileWindow", "service", 6, 3 * DAY_MS
 )
@@ -50,12 +58,18 @@ DEAD_LETTER = Topic("dlq", "zerotrace.ops.DeadLetter", "source", 1, 7 * DAY_MS)
 SCHEMAS = Topic("_zerotrace.schemas", "", "fingerprint", 1, -1, compacted=True)
 
 RAW_TOPICS = (RAW_SOCKET, RAW_CONN, RAW_FILEIO, RAW_STACK, RAW_GPU, RAW_GPUMETRICS, RAW_RDMA)
-DERIVED_TOPICS = (DERIVED_SPAN, DERIVED_LLM, DERIVED_TRACE, DERIVED_PROFILE)
+DERIVED_TOPICS = (
+    DERIVED_SPAN,
+    DERIVED_LLM,
+    DERIVED_TRACE,
+    DERIVED_PROFILE,
+    DERIVED_SPAN_BY_PROCESS,
+)
 ALL_TOPICS = (*RAW_TOPICS, *DERIVED_TOPICS, DEAD_LETTER, SCHEMAS)
-# What the query service indexes: the derived topics something writes. derived.trace is created
-# with the others and its schema exists, but nothing writes it until trace assembly (a later
-# issue) and the query service has no index for its records; it joins this tuple with that index.
-INDEXED_TOPICS = (DERIVED_SPAN, DERIVED_LLM, DERIVED_PROFILE)
+# What the query service indexes: the derived topics. derived.trace carries the links trace
+# assembly finds between spans (parent, child, rule); traces are put together from them when
+# read (zerotrace_query/trace_trees.py), so a link found late still joins its trace.
+INDEXED_TOPICS = (DERIVED_SPAN, DERIVED_LLM, DERIVED_PROFILE, DERIVED_TRACE)
 
 
 def topic_named(name: str) -> Topic:
@@ -71,6 +85,7 @@ INDEX_PREFIX = "zerotrace-"
 INDEX_SPANS = "spans"
 INDEX_LLM = "llm"
 INDEX_PROFILES = "profiles"
+INDEX_TRACE_EDGES = "trace-edges"
 # A replay (`zerotrace replay --into NAME`) writes its derived records to `<topic>.replay-NAME`
 # and its documents to `<prefix><index>-replay-NAME`: beside live data, never mixed with it.
 REPLAY_TOPIC_SUFFIX = ".replay-"
@@ -84,12 +99,27 @@ INFRA_KAFKA = "kafka"
 GROUP_CORRELATOR = "zerotrace-correlator"
 GROUP_PROFILER_AGG = "zerotrace-profiler-agg"
 GROUP_QUERY_INDEXER = "zerotrace-query-indexer"
+GROUP_TRACE_EXCHANGE = "zerotrace-trace-exchange"  # trace assembly, across processes
+GROUP_TRACE_PROCESS = "zerotrace-trace-process"  # trace assembly, inside a process
 
 # Span kinds and attribute keys: OpenTelemetry semantic-convention names where one exists
 # (general, HTTP, GenAI), zerotrace.* for what is zerotrace's own.
 SPAN_KIND_HTTP_CLIENT = "http.client"
 SPAN_KIND_HTTP_SERVER = "http.server"
 SPAN_KIND_FILE_OPEN = "file.open"
+
+
+# How trace assembly linked a child span to its parent (the TraceEdge record's `rule`).
+# same_thread: a call the thread made while serving a request; tcp_seq: the client's and the
+# server's span of one exchange (same connection, same first request byte); the propagated
+# ids: both spans carry the same header value.
+TRACE_RULE_SAME_THREAD = "same_thread"
+TRACE_RULE_TCP_SEQ = "tcp_sequence"
+TRACE_RULE_CONNECTION = "same_connection"  # no sequence numbers (TLS): the one request in time
+TRACE_RULE_SAME_TASK = "same_task"  # one asyncio task wrote the call and the request's answer
+TRACE_RULE_TRACEPARENT = "traceparent"
+TRACE_RULE_B3 = "b3"
+TRACE_RULE_REQUEST_ID = "x_request_id"
 
 
 def protocol_span_kind(protocol: str, side: str) -> str:
@@ -124,6 +154,12 @@ ATTR_GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 ATTR_GEN_AI_PROVIDER = "gen_ai.provider.name"
 ATTR_GEN_AI_TOKEN_TYPE = "gen_ai.token.type"  # input or output, on gen_ai.client.token.usage
 ATTR_SERVICE_NAME = "service.name"
+# Resource attributes of exported traces (zerotrace_query/otlp_spans.py): where a span was seen
+# (OpenTelemetry resource conventions), and what observed it (zerotrace, as an SDK names itself).
+ATTR_HOST_NAME = "host.name"
+ATTR_CONTAINER_ID = "container.id"
+ATTR_TELEMETRY_SDK_NAME = "telemetry.sdk.name"
+ATTR_TELEMETRY_SDK_VERSION = "telemetry.sdk.version"
 # gen_ai.operation.name values (OpenTelemetry GenAI conventions) of the non-OpenAI APIs
 # (zerotrace_correlator/llm_apis.py); OpenAI-compatible spans keep their endpoint name.
 GEN_AI_OPERATION_CHAT = "chat"
@@ -145,6 +181,24 @@ METRIC_GEN_AI_SERVER_TPOT = "gen_ai.server.time_per_output_token"
 METRIC_GEN_AI_SERVER_REQUEST_DURATION = "gen_ai.server.request.duration"
 METRIC_GEN_AI_CLIENT_OPERATION_DURATION = "gen_ai.client.operation.duration"
 METRIC_GEN_AI_CLIENT_TOKEN_USAGE = "gen_ai.client.token.usage"
+# The service map's RED metrics on /metrics (zerotrace_query/service_map_metrics.py), in the
+# Prometheus names Grafana Tempo's service graphs and the OpenTelemetry Collector's
+# servicegraph connector write, so Grafana's service graph view reads them as they are.
+METRIC_SERVICE_GRAPH_REQUESTS = "traces_service_graph_request_total"
+METRIC_SERVICE_GRAPH_FAILED = "traces_service_graph_request_failed_total"
+METRIC_SERVICE_GRAPH_CLIENT_SECONDS = "traces_service_graph_request_client_seconds"
+METRIC_SERVICE_GRAPH_SERVER_SECONDS = "traces_service_graph_request_server_seconds"
+# Trace assembly's inputs on a span: the TCP sequence number of the request's first byte (the
+# same at the client's write and the server's read), and the propagated ids the request
+# carried, as OpenTelemetry names captured request headers.
+ATTR_TCP_REQUEST_SEQ = "zerotrace.tcp.request_seq"
+# The asyncio task (its root coroutine frame's address, hex) that wrote the span's own side:
+# a client span's request, a server span's response (bpf/socket.c reads it at the write).
+ATTR_ASYNC_TASK = "zerotrace.python.task"
+ATTR_HEADER_TRACEPARENT = "http.request.header.traceparent"
+ATTR_HEADER_B3 = "http.request.header.b3"  # the single b3 header, or X-B3-TraceId-SpanId
+ATTR_HEADER_REQUEST_ID = "http.request.header.x-request-id"
+ATTR_TRACE_CUT = "zerotrace.trace.cut"  # on a trace's root: more spans than a read follows
 ATTR_OBSERVATION_POINT = "zerotrace.observation_point"  # client, server or network
 ATTR_SOURCE_EVENTS = "zerotrace.source_events"  # raw events in all; the id list is capped
 ATTR_ERROR_MESSAGE = "zerotrace.error"

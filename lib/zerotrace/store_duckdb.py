@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import duckdb
@@ -24,6 +24,7 @@ from zerotrace.errors import ConfigError, TransientIO
 from zerotrace.store import BulkResult, Document, GroupKey, Histogram, IndexSpec, Query
 from zerotrace.store_rules import (
     MAX_LIMIT,
+    added_fields,
     check_document,
     check_histogram,
     check_index_name,
@@ -95,9 +96,7 @@ class DuckDBStore:
             existing = self._lookup(spec.name)
             if existing is not None:
                 if _spec_json(existing) != _spec_json(spec):
-                    raise ConfigError(
-                        f"Index {table!r} exists with a different spec; use a new index name."
-                    )
+                    self._grow(spec, added_fields(existing, spec))
                 return
             columns = ", ".join(
                 [f"{_quote('_id')} VARCHAR PRIMARY KEY"]
@@ -210,6 +209,28 @@ class DuckDBStore:
             self._conn.close()
 
     # Callers hold the lock.
+
+    def _grow(self, spec: IndexSpec, added: Mapping[str, str]) -> None:
+        """New spec fields as columns, filled from the documents already written."""
+        table = self._table(spec)
+        self._conn.execute("BEGIN")
+        try:
+            for name, ftype in added.items():
+                sql_type = _SQL_TYPE[ftype]
+                path = "$." + json.dumps(name)
+                self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {_quote(name)} {sql_type}")
+                self._conn.execute(
+                    f"UPDATE {table} SET {_quote(name)} = "
+                    f"TRY_CAST(json_extract_string({_quote('_doc')}, ?) AS {sql_type})",
+                    [path],
+                )
+            comment = _spec_json(spec).replace("'", "''")
+            self._conn.execute(f"COMMENT ON TABLE {table} IS '{comment}'")
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._specs[spec.name] = spec
 
     def _table(self, spec: IndexSpec) -> str:
         return _quote(self._full(spec.name))

@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from opensearchpy import OpenSearch
+from opensearchpy import OpenSearch, helpers
 from opensearchpy import exceptions as os_errors
 
 from zerotrace import names
@@ -33,6 +33,7 @@ from zerotrace.store import (
 )
 from zerotrace.store_rules import (
     MAX_LIMIT,
+    added_fields,
     check_document,
     check_histogram,
     check_index_name,
@@ -247,9 +248,7 @@ class OpenSearchStore:
         existing = self._lookup(spec.name)
         if existing is not None:
             if spec_meta(existing) != spec_meta(spec):
-                raise ConfigError(
-                    f"Index {index!r} exists with a different spec; use a new index name."
-                )
+                self._grow(spec, added_fields(existing, spec))
             return
         template = index_template(spec, index)
         self._call(lambda: self._client.indices.put_index_template(name=index, body=template))
@@ -328,6 +327,25 @@ class OpenSearchStore:
                 f"Index {self._full(index)!r} does not exist; call ensure_index first."
             )
         return spec
+
+    def _grow(self, spec: IndexSpec, added: Mapping[str, FieldType]) -> None:
+        """New spec fields in the template and the index's mapping; the documents already
+        written are indexed again (in place, from their source) so they get them too. Waits
+        for that: it happens once, when a newer version first starts on an older index."""
+        index = self._full(spec.name)
+        template = index_template(spec, index)
+        self._call(lambda: self._client.indices.put_index_template(name=index, body=template))
+        body = {
+            "_meta": {META_KEY: spec_meta(spec)},
+            "properties": {name: field_mapping(ftype) for name, ftype in added.items()},
+        }
+        self._call(lambda: self._client.indices.put_mapping(index=index, body=body))
+        # Indexed again from their own source (no update_by_query: its reindex module is not
+        # in every node, the test node's included).
+        hits = helpers.scan(self._client, index=index, query={"query": {"match_all": {}}})
+        actions = ({"_index": index, "_id": h["_id"], "_source": h["_source"]} for h in hits)
+        self._call(lambda: helpers.bulk(self._client, actions, refresh=True))
+        self._specs[spec.name] = spec
 
     def _lookup(self, index: str) -> IndexSpec | None:
         """The spec of an existing index, from the cache or the index's mapping `_meta`."""

@@ -49,6 +49,20 @@ def check_spec(spec: IndexSpec) -> None:
         )
 
 
+def added_fields(existing: IndexSpec, spec: IndexSpec) -> dict[str, FieldType]:
+    """The fields a newer version's spec adds to an index an earlier version made, which a
+    store adds in place (documents already written get them from what they hold). An index
+    only grows, as the Avro schemas do: ConfigError when the spec drops or retypes a field or
+    moves the time field."""
+    changed = [name for name, ftype in existing.fields.items() if spec.fields.get(name) != ftype]
+    if changed or existing.time_field != spec.time_field:
+        what = f"field {changed[0]!r} differs" if changed else "its time field differs"
+        raise ConfigError(
+            f"Index {spec.name!r} exists with a different spec ({what}); use a new index name."
+        )
+    return {name: ftype for name, ftype in spec.fields.items() if name not in existing.fields}
+
+
 def value_fits(ftype: FieldType, value: object) -> bool:
     """Whether a non-null value may go in a field of this type. Strict: no coercion from strings
     (OpenSearch would coerce "12" into a long, DuckDB would cast it; neither is wanted)."""

@@ -63,8 +63,25 @@ class StoreContract:
         assert store.count(spec.name, Query()) == 1
 
     def test_ensure_index_refuses_a_changed_spec(self, store: Store, spec: IndexSpec) -> None:
+        retyped = {**FIELDS, "duration_ms": "long"}
+        with pytest.raises(ConfigError, match="duration_ms"):
+            store.ensure_index(IndexSpec(spec.name, retyped, "start_ns"))
+        dropped = {k: v for k, v in FIELDS.items() if k != "error"}
         with pytest.raises(ConfigError):
-            store.ensure_index(IndexSpec(spec.name, {**FIELDS, "extra": "long"}, "start_ns"))
+            store.ensure_index(IndexSpec(spec.name, dropped, "start_ns"))
+
+    def test_ensure_index_adds_new_fields_to_an_older_index(
+        self, store: Store, spec: IndexSpec
+    ) -> None:
+        """A newer version's spec with more fields grows the index in place: documents
+        written before are searchable by the new fields, from what they held."""
+        self.put(store, spec, [("a", doc(1, peer_port=6379)), ("b", doc(2))])
+        grown = IndexSpec(spec.name, {**FIELDS, "peer_port": "long"}, "start_ns")
+        store.ensure_index(grown)
+        store.ensure_index(grown)  # idempotent once grown
+        self.put(store, grown, [("c", doc(3, peer_port=6379))])
+        assert ids(store.search(spec.name, Query(equals={"peer_port": 6379}))) == ["a", "c"]
+        assert store.count(spec.name, Query()) == 3
 
     @pytest.mark.parametrize(
         ("name", "fields", "time_field"),

@@ -113,6 +113,14 @@ def test_the_summary_as_a_json_object() -> None:
     summary.add(names.INDEX_LLM, llm_request())
     summary.add(names.INDEX_PROFILES, profile("ON_CPU", 120))
     summary.add(names.INDEX_PROFILES, profile("OFF_CPU", 3))
+    for edge_id, parent, rule in (
+        ("e1", "p", names.TRACE_RULE_SAME_THREAD),
+        ("e2", "p", names.TRACE_RULE_TCP_SEQ),
+        ("e1", "", names.TRACE_RULE_SAME_THREAD),  # taken back: replaces e1
+    ):
+        summary.add(
+            names.INDEX_TRACE_EDGES, {"edge_id": edge_id, "parent_span_id": parent, "rule": rule}
+        )
     cost = CostSnapshot(3.0, 10.0, 100 * MIB, 120 * MIB, start_cpu_s=1.5)
     # 100 records carrying 500 events (SocketBatch records carry many): rates count events.
     counters = {
@@ -137,6 +145,7 @@ def test_the_summary_as_a_json_object() -> None:
         "dead_letters": 1,
         "indexed": 400,
         "profile_samples": {"OFF_CPU": 3, "ON_CPU": 120},
+        "trace_links": {names.TRACE_RULE_TCP_SEQ: 1},
         "counters": {
             "collector": {"published": 100, "events": 500, "backpressure": 0},
             "socket": {"lost": 2, "shed": 0},

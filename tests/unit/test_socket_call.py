@@ -86,3 +86,17 @@ def test_a_batch_whose_columns_differ_in_length_is_poison() -> None:
     batch["calls"]["end_ns"].append(9)
     with pytest.raises(PoisonInput, match="differ in length"):
         calls_of_batch(batch)
+
+
+def test_task_keys_come_from_the_batch_column_when_it_was_recorded() -> None:
+    records = [record(n, "EGRESS", "SYSCALL", 3, b"GET") for n in range(3)]
+    batch = socket_batch_of(records)
+    assert [c.py_task for c in calls_of_batch(batch)] == [0, 0, 0]  # no column: not recorded
+    batch["calls"]["py_task"] = []  # the schema's default: not recorded either
+    assert [c.py_task for c in calls_of_batch(batch)] == [0, 0, 0]
+    batch["calls"]["py_task"] = [0x7F00_0010, 0, 0x7F00_0010]
+    assert [c.py_task for c in calls_of_batch(batch)] == [0x7F00_0010, 0, 0x7F00_0010]
+    assert call_of_record(records[0]).py_task == 0
+    batch["calls"]["py_task"] = [1, 2]
+    with pytest.raises(PoisonInput, match="py_task has 2 entries for 3 calls"):
+        calls_of_batch(batch)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fastavro import parse_schema
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.validation import validate
 
 from zerotrace.socket_batch import socket_data_of
@@ -123,3 +124,28 @@ def test_a_batch_of_samples_reads_back_as_their_socket_data_records() -> None:
     assert socket_data_of(batch) == [
         socket_data_record(s, "node-a", OFFSET, "ctr", ENDS) for s in calls
     ]
+
+
+def test_a_batch_carries_each_calls_task_key_and_old_readers_skip_it() -> None:
+    """py_task is a SocketBatch column (the asyncio task key of each call): written by this
+    collector, read back as [] from a batch an older writer made, and skipped by a reader
+    holding the schema from before it (fields are added with a default, at the end)."""
+    calls = [data(py_task=0x7F12_3456_7890), data(start_mono_ns=2_000, end_mono_ns=2_001)]
+    batch = socket_batch_record(calls, "node-a", OFFSET, None, ENDS)
+    assert batch["calls"]["py_task"] == [0x7F12_3456_7890, 0]
+    new = schema("socket_batch.avsc")
+    assert validate(batch, new, raise_errors=True)
+    assert "py_task" not in socket_data_record(calls[0], "node-a", OFFSET, None, ENDS)
+
+    old_text = json.loads((SCHEMAS / "socket_batch.avsc").read_text())
+    columns = next(f for f in old_text["fields"] if f["name"] == "calls")["type"]["fields"]
+    assert columns.pop()["name"] == "py_task"
+    old = parse_schema(old_text)
+    out = io.BytesIO()
+    schemaless_writer(out, new, batch)
+    out.seek(0)
+    assert "py_task" not in schemaless_reader(out, new, old)["calls"]
+    out = io.BytesIO()
+    schemaless_writer(out, old, {**batch, "calls": {**batch["calls"]}})
+    out.seek(0)
+    assert schemaless_reader(out, old, new)["calls"]["py_task"] == []

@@ -460,6 +460,7 @@ def _origin_of(call: SocketCall) -> dict[str, Any]:
     origin = {key: conn[key] for key in _CONN_ORIGIN_FIELDS if key in conn}
     origin["event_id"] = call.event_id
     origin["tid"] = call.tid
+    origin["tcp_seq"] = call.tcp_seq  # the request's first byte: trace assembly joins on it
     return origin
 
 

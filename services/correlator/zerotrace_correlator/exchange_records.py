@@ -9,7 +9,7 @@ its span's id.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zerotrace import names
@@ -39,7 +39,10 @@ def endpoint_attributes(origin: Mapping[str, Any], requests_sent_locally: bool) 
     local = (str(origin.get("local_addr", "")), str(origin.get("local_port", "")))
     remote = (str(origin.get("remote_addr", "")), str(origin.get("remote_port", "")))
     client, server = (local, remote) if requests_sent_locally else (remote, local)
+    seq = origin.get("tcp_seq")
+    extra = {} if seq is None else {names.ATTR_TCP_REQUEST_SEQ: str(seq)}
     return {
+        **extra,
         names.ATTR_SERVER_ADDRESS: server[0],
         names.ATTR_SERVER_PORT: server[1],
         names.ATTR_CLIENT_ADDRESS: client[0],
@@ -48,6 +51,34 @@ def endpoint_attributes(origin: Mapping[str, Any], requests_sent_locally: bool) 
         names.ATTR_THREAD_ID: str(origin.get("tid", "")),
         names.ATTR_PROCESS_NAME: str(origin.get("process_name", "")),
     }
+
+
+# Request headers kept on the span for trace assembly (trace_assembly.propagated_ids): ids the
+# application propagates, never credentials.
+_HEADER_ATTR_PREFIX = "http.request.header."
+_PROPAGATED = {
+    attr.removeprefix(_HEADER_ATTR_PREFIX): attr
+    for attr in (names.ATTR_HEADER_TRACEPARENT, names.ATTR_HEADER_B3, names.ATTR_HEADER_REQUEST_ID)
+}
+MAX_HEADER_VALUE = 256
+
+
+def propagated_headers(headers: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """traceparent, b3 (the single header, or X-B3-TraceId and X-B3-SpanId as one) and
+    X-Request-ID, as span attributes; the first of each, values capped."""
+    out: dict[str, str] = {}
+    multi: dict[str, str] = {}
+    for name, value in headers:
+        attr = _PROPAGATED.get(name)
+        if attr is not None:
+            out.setdefault(attr, value.strip()[:MAX_HEADER_VALUE])
+        elif name in ("x-b3-traceid", "x-b3-spanid"):
+            multi.setdefault(name, value.strip()[:64])
+    if names.ATTR_HEADER_B3 not in out and "x-b3-traceid" in multi:
+        out[names.ATTR_HEADER_B3] = "-".join(
+            v for v in (multi["x-b3-traceid"], multi.get("x-b3-spanid")) if v
+        )
+    return out
 
 
 def http_span(ex: Exchange) -> dict[str, Any]:
@@ -63,6 +94,7 @@ def http_span(ex: Exchange) -> dict[str, Any]:
         names.ATTR_OBSERVATION_POINT: ex.observation_point,
         names.ATTR_SOURCE_EVENTS: str(ex.source_events),
     }
+    attributes.update(propagated_headers(request.headers))
     error = _llm_error(ex)
     # A capture gap leaves the exchange fine and only our view of it short: not a failure.
     failed = _framing_error(ex) is not None or (llm is not None and llm.failed)

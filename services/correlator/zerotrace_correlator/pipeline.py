@@ -23,6 +23,7 @@ from zerotrace_correlator.fileio_spans import file_open_span
 from zerotrace_correlator.http_llm_step import HttpLlmCorrelator
 from zerotrace_correlator.socket_call import calls_of_batch
 from zerotrace_correlator.span_timings import NO_DIRS, FileDirs
+from zerotrace_correlator.trace_assembly import exchange_key
 
 CONSUMER = names.GROUP_CORRELATOR
 INPUT_TOPICS = (names.RAW_FILEIO.name, names.RAW_SOCKET.name, names.RAW_CONN.name)
@@ -40,6 +41,12 @@ TICK_LAG_NS = 5_000_000_000
 # A connection busy (an exchange in flight) since this long before event time is not held
 # back for a restart: see HttpLlmCorrelator.held.
 HOLD_LIMIT_NS = 600_000_000_000
+
+
+def span_key(span: Mapping[str, Any]) -> bytes:
+    """derived.span's key: the span's exchange, so its client's and its server's span meet on
+    one partition for trace assembly (trace_step.py); its own id when it has none."""
+    return (exchange_key(span) or str(span["span_id"])).encode()
 
 
 class CorrelatorStep:
@@ -121,7 +128,7 @@ class CorrelatorStep:
                 return []  # a read or write: put on the span its thread serves, not one itself
             span = file_open_span(datum)
             value = self._codec.encode(names.DERIVED_SPAN.record, span)
-            return [Output(names.DERIVED_SPAN.name, span["trace_id"].encode(), value)]
+            return [Output(names.DERIVED_SPAN.name, span_key(span), value)]
         if record == names.SOCKET_BATCH_RECORD:
             # One connection's calls: time moves once, after them (as for one call), so a
             # grace or timeout that falls inside the batch cannot split the connection.
@@ -153,11 +160,11 @@ class CorrelatorStep:
         out = []
         for record, datum in derived:
             if record == names.DERIVED_SPAN.record:
-                topic, key = names.DERIVED_SPAN.name, str(datum["trace_id"])
+                topic, key = names.DERIVED_SPAN.name, span_key(datum)
                 self.http.timings.on_span(datum)
             elif record == names.DERIVED_LLM.record:
-                topic, key = names.DERIVED_LLM.name, str(datum["service"])
+                topic, key = names.DERIVED_LLM.name, str(datum["service"]).encode()
             else:
                 raise AssertionError(f"the correlator made an unknown record {record}")
-            out.append(Output(topic, key.encode(), self._codec.encode(record, datum)))
+            out.append(Output(topic, key, self._codec.encode(record, datum)))
         return out

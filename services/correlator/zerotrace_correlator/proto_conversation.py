@@ -86,6 +86,10 @@ class ProtoConversation:
         t = call.start_ns if call.direction == "EGRESS" or packet else call.end_ns
         self.last_ns = max(self.last_ns, t)
         side = REQUEST if call.direction == self._request_direction else RESPONSE
+        if side == REQUEST and not self._busy:
+            # A request after the answers to the ones before: its spans are the thread's that
+            # asked (a pooled connection serves many threads) at this first byte.
+            self.origin = {**self.origin, "tid": call.tid, "tcp_seq": call.tcp_seq}
         spans = self.parser.feed(side, call.payload, t, t)
         if side == REQUEST:
             self._busy = True
@@ -133,4 +137,5 @@ def _origin_of(call: SocketCall) -> dict[str, Any]:
     conn = call.conn
     origin = {key: conn[key] for key in _ORIGIN_FIELDS if key in conn}
     origin["tid"] = call.tid
+    origin["tcp_seq"] = call.tcp_seq
     return origin

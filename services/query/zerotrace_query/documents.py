@@ -28,6 +28,10 @@ SPANS = IndexSpec(
         "end_ns": "long",
         "duration_ns": "long",
         "status": "keyword",
+        # The span's server.address and server.port attributes, searchable: the service map
+        # groups calls by the peer they went to inside the store (service_map.py).
+        "server_address": "keyword",
+        "server_port": "long",
     },
     time_field="start_ns",
 )
@@ -80,7 +84,22 @@ PROFILES = IndexSpec(
     time_field="window_start_ns",
 )
 
-INDEX_SPECS = (SPANS, LLM_REQUESTS, PROFILES)
+# The links between spans that trace assembly found (one per child and rule); a trace is the
+# spans these join, put together when read (trace_trees.py).
+TRACE_EDGES = IndexSpec(
+    name=names.INDEX_TRACE_EDGES,
+    fields={
+        "edge_id": "keyword",
+        "trace_id": "keyword",
+        "parent_span_id": "keyword",
+        "child_span_id": "keyword",
+        "rule": "keyword",
+        "ts_ns": "long",
+    },
+    time_field="ts_ns",
+)
+
+INDEX_SPECS = (SPANS, LLM_REQUESTS, PROFILES, TRACE_EDGES)
 LLM_STATUS_OK = "ok"
 LLM_STATUS_ERROR = "error"
 
@@ -89,6 +108,10 @@ def span_document(span: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """(document id, document). The id is the span id, so re-indexing replaces, never adds."""
     doc = dict(span)
     doc["duration_ns"] = int(span["end_ns"]) - int(span["start_ns"])
+    attributes = span.get("attributes") or {}
+    doc["server_address"] = attributes.get(names.ATTR_SERVER_ADDRESS) or None
+    port = str(attributes.get(names.ATTR_SERVER_PORT) or "")
+    doc["server_port"] = int(port) if port.isdigit() and len(port) <= 5 else None
     return str(span["span_id"]), doc
 
 
@@ -122,4 +145,6 @@ def document_for(record: str, datum: Mapping[str, Any]) -> tuple[str, str, dict[
     if record == names.DERIVED_PROFILE.record:
         doc_id, doc = profile_document(datum)
         return PROFILES.name, doc_id, doc
+    if record == names.DERIVED_TRACE.record:
+        return TRACE_EDGES.name, str(datum["edge_id"]), dict(datum)
     raise PoisonInput(f"the query service does not index {record} yet")

@@ -1,8 +1,11 @@
 """HTTP API: GET /api/v1/spans{,/histogram}, /api/v1/llm/{requests,percentiles,concurrency}
-(JSON), /api/v1/profiles/{flamegraph,diff,catalog} (JSON, folded text, pprof, speedscope), the
+(JSON), /api/v1/traces and /api/v1/traces/{id} (zerotrace_query.trace_search),
+/api/v1/services/map (zerotrace_query.service_map),
+/api/v1/profiles/{flamegraph,diff,catalog} (JSON, folded text, pprof, speedscope), the
 web pages (GET /, /spans, /flamegraph, /static/...), GET /healthz, and GET /metrics: the
 OpenTelemetry GenAI histograms of the stored LLM requests in Prometheus's text format
-(zerotrace_query.gen_ai_metrics). Standard library server, one thread per request; the store
+(zerotrace_query.gen_ai_metrics), then the service map's RED metrics
+(zerotrace_query.service_map_metrics). Standard library server, one thread per request; the store
 does its own locking. Handlers only parse, call a pure function, and write the answer. With a
 token (zerotrace_query.api_auth) every request but /healthz needs it, /metrics included (a
 Prometheus scrape config sends it as `authorization: {credentials: ...}`): a missing or wrong
@@ -15,6 +18,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,7 +27,14 @@ from urllib.parse import parse_qs, urlparse
 
 from zerotrace.errors import ZerotraceError
 from zerotrace.store import Store
-from zerotrace_query import api_auth, gen_ai_metrics, prometheus_text
+from zerotrace_query import (
+    api_auth,
+    gen_ai_metrics,
+    prometheus_text,
+    service_map,
+    service_map_metrics,
+    trace_search,
+)
 from zerotrace_query.flame_graph import FlameFilter
 from zerotrace_query.llm_search import (
     DEFAULT_LIST_LIMIT,
@@ -204,6 +215,12 @@ WEB_FILES = {
     "/static/flamegraph.css": ("flamegraph.css", "text/css; charset=utf-8"),
     "/spans": ("spans.html", "text/html; charset=utf-8"),
     "/static/spans.js": ("spans.js", "text/javascript; charset=utf-8"),
+    "/services": ("services.html", "text/html; charset=utf-8"),
+    "/static/services.js": ("services.js", "text/javascript; charset=utf-8"),
+    "/static/services.css": ("services.css", "text/css; charset=utf-8"),
+    "/traces": ("traces.html", "text/html; charset=utf-8"),
+    "/static/traces.js": ("traces.js", "text/javascript; charset=utf-8"),
+    "/static/traces.css": ("traces.css", "text/css; charset=utf-8"),
 }
 # The pages a person opens (the others are what they load): they take ?token= once.
 PAGES = frozenset(path for path, (_, kind) in WEB_FILES.items() if kind.startswith("text/html"))
@@ -270,9 +287,13 @@ def make_handler(store: Store, token: str = "") -> type[BaseHTTPRequestHandler]:
                     self._send(503, {"error": str(exc)})
                     return
                 self._send_bytes(200, data, content_type)
+            elif url.path.split("/")[:4] == trace_search.TRACES_PATH.split("/"):
+                self._send(*trace_search.answer(store, url.path, url.query))
+            elif url.path == service_map.MAP_PATH:
+                self._send(*service_map.answer(store, url.query, time.time_ns()))
             elif url.path == METRICS_PATH:
                 try:
-                    text = gen_ai_metrics.exposition(store)
+                    text = gen_ai_metrics.exposition(store) + service_map_metrics.exposition(store)
                 except ZerotraceError as exc:
                     self._send(503, {"error": str(exc)})
                     return
@@ -281,7 +302,9 @@ def make_handler(store: Store, token: str = "") -> type[BaseHTTPRequestHandler]:
                 name, content_type = WEB_FILES[url.path]
                 self._send_bytes(200, (WEB_DIR / name).read_bytes(), content_type)
             else:
-                known = ", ".join(["/", *SPAN_ROUTES, *LLM_ROUTES, *PROFILE_ROUTES, METRICS_PATH])
+                routes = [*SPAN_ROUTES, trace_search.TRACES_PATH, service_map.MAP_PATH]
+                routes += [*LLM_ROUTES, *PROFILE_ROUTES]
+                known = ", ".join(["/", *routes, METRICS_PATH])
                 self._send(404, {"error": f"no such path {url.path}; try one of {known}"})
 
         def _authorized(self, path: str, query: str) -> bool:

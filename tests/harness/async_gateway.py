@@ -1,0 +1,130 @@
+"""An asyncio LLM gateway topology for trace assembly tests, run as one command under
+`zerotrace run`:
+
+    python -m tests.harness.async_gateway TRUTH.json GATEWAY_PORT UPSTREAM_PORT REDIS_PORT PG_PORT N
+
+- an upstream OpenAI-compatible server (tests/harness/openai_server.py, uvicorn) in a child
+  process;
+- a FastAPI gateway on uvicorn in another child process: for GET /work/<id> it asks Redis
+  (redis.asyncio), PostgreSQL (asyncpg) and the upstream (httpx.AsyncClient, a streamed chat
+  completion), one after the other, inside the request's own task, as an LLM gateway does;
+  every request is served on the one event-loop thread;
+- 16 client threads sending N requests in all, keep-alive.
+
+The truth is what the gateway logs, by ids zerotrace does not read: for each request id, the
+epoch-ns interval of each of its three calls. Written to TRUTH.json by the gateway when it
+stops: {"gateway_pid", "requests": {id: {"redis": [s, e], "postgres": [s, e], "upstream": [s, e]}}}.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+CONCURRENCY = 16
+
+
+def gateway(truth_path: str, port: int, upstream: int, redis_port: int, pg_port: int) -> None:
+    import asyncpg
+    import httpx
+    import redis.asyncio as aioredis
+    import uvicorn
+    from fastapi import FastAPI
+
+    truth: dict[str, dict[str, list[int]]] = {}
+    clients: dict[str, Any] = {}
+    app = FastAPI()
+
+    @app.get("/work/{request_id}")
+    async def work(request_id: str) -> dict[str, str]:
+        if not clients:
+            clients["redis"] = aioredis.Redis(host="127.0.0.1", port=redis_port)
+            clients["pg"] = await asyncpg.create_pool(
+                host="127.0.0.1", port=pg_port, user="postgres", min_size=4, max_size=16
+            )
+            clients["http"] = httpx.AsyncClient(base_url=f"http://127.0.0.1:{upstream}")
+        facts = truth.setdefault(request_id, {})
+        start = time.time_ns()
+        await clients["redis"].get(f"k:{request_id}")
+        facts["redis"] = [start, time.time_ns()]
+        start = time.time_ns()
+        async with clients["pg"].acquire() as conn:
+            await conn.fetchval("SELECT $1::text", request_id)
+        facts["postgres"] = [start, time.time_ns()]
+        start = time.time_ns()
+        body = {
+            "model": "m",
+            "stream": True,
+            "max_tokens": 3,
+            "messages": [{"role": "user", "content": "hi"}],
+            "zt_pace": {"first_ms": 1, "token_ms": 1},
+        }
+        async with clients["http"].stream("POST", "/v1/chat/completions", json=body) as r:
+            async for _ in r.aiter_bytes():
+                pass
+        facts["upstream"] = [start, time.time_ns()]
+        return {"done": request_id}
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    server.run()
+    with open(truth_path, "w") as f:
+        json.dump({"gateway_pid": os.getpid(), "requests": truth}, f)
+
+
+def main() -> int:
+    truth_path, port, upstream, redis_port, pg_port, total = sys.argv[1:7]
+    me = [sys.executable, "-m", __spec__.name]
+    up = subprocess.Popen([sys.executable, "-m", "tests.harness.openai_server", "--port", upstream])
+    gw = subprocess.Popen([*me, "--gateway", truth_path, port, upstream, redis_port, pg_port])
+    try:
+        _wait_for(int(upstream))
+        _wait_for(int(port))
+        local = threading.local()
+
+        def one(i: int) -> None:
+            conn = getattr(local, "conn", None)
+            if conn is None:
+                conn = local.conn = http.client.HTTPConnection("127.0.0.1", int(port))
+            conn.request("GET", f"/work/r{i:05d}")
+            body = conn.getresponse().read()
+            assert json.loads(body) == {"done": f"r{i:05d}"}, body
+
+        with ThreadPoolExecutor(CONCURRENCY) as pool:
+            list(pool.map(one, range(int(total))))
+        time.sleep(2.0)  # the collector reads new connections' addresses while they live
+    finally:
+        gw.send_signal(signal.SIGINT)  # uvicorn stops; the gateway writes its truth
+        gw.wait(30)
+        up.terminate()
+        up.wait(10)
+    return 0
+
+
+def _wait_for(port: int) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--gateway":
+        a = sys.argv[2:]
+        gateway(a[0], int(a[1]), int(a[2]), int(a[3]), int(a[4]))
+    else:
+        sys.exit(main())
