@@ -169,6 +169,7 @@ def probe_records(
                 comm,
                 0,
                 0,
+                0,  # py_task
             )
             + payload
         )

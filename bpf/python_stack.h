@@ -25,7 +25,27 @@
  * 3.10: f_lasti). Names and lines are resolved in user space.
  *
  * Tunables (-D): ZT_PY_MAX_DEPTH (frames kept, default 48), ZT_PY_MAX_THREADS (thread states
- * walked to find a tid, default 64).
+ * walked to find a tid, default 64); ZT_PY_TASK_KEYS=1 compiles zt_python_task (the socket probe),
+ * with ZT_PY_TASK_DEPTH (frames it looks at, 160) and ZT_PY_NO_THREAD_NS.
+ *
+ * Asyncio task key (zt_python_task, for bpf/socket.c and bpf/tls.c): the address of the
+ * OUTERMOST coroutine frame on the calling thread's frame chain. The frame of a generator or
+ * coroutine lives inside that object (3.11+: the _PyInterpreterFrame gi_iframe, owner
+ * FRAME_OWNED_BY_GENERATOR; 3.10: the PyFrameObject gi_frame, whose f_gen is set), so for an
+ * asyncio task, whose root coroutine the event loop resumes at every step, it is the same
+ * address for the task's whole life and differs between tasks alive at once; a finished
+ * task's coroutine is freed and a later one may get its address. Coroutine, not generator:
+ * the frame's code has CO_COROUTINE, CO_ITERABLE_COROUTINE or CO_ASYNC_GENERATOR in co_flags,
+ * so a plain generator (a WSGI app's streaming body) makes no key in a thread. Of the
+ * generator-owned frames, the outermost is taken, or the one below it when the outermost is a
+ * plain generator (an event loop run from a generator, as a test fixture does); two plain
+ * generators above the task root hide it (no key). Outermost, not the first one under a C
+ * entry: until CPython specializes an `await` site (3.12+) or always (3.11: PyIter_Send), an
+ * awaited coroutine is resumed through C, so shim or entry frames also lie between the
+ * coroutines of one task. The whole chain is walked (one user read a frame, four more at the
+ * end): a chain longer than ZT_PY_TASK_DEPTH gives no key (ZT_PY_TOO_DEEP), as the root may
+ * lie beyond. An event loop run inside a coroutine (nest_asyncio) gives its tasks the outer
+ * task's key.
  */
 #ifndef ZEROTRACE_PYTHON_STACK_H
 #define ZEROTRACE_PYTHON_STACK_H
@@ -36,6 +56,12 @@
 #ifndef ZT_PY_MAX_THREADS
 #define ZT_PY_MAX_THREADS 64
 #endif
+#ifndef ZT_PY_TASK_KEYS
+#define ZT_PY_TASK_KEYS 0
+#endif
+#ifndef ZT_PY_TASK_DEPTH
+#define ZT_PY_TASK_DEPTH 160
+#endif
 
 /* tstate_frame points straight at the frame (3.13) rather than at a _PyCFrame. */
 #define ZT_PY_NO_CFRAME 0xffffffffu
@@ -44,6 +70,9 @@
 /* What tstate_native_tid holds (python_procs.TID_*). */
 #define ZT_PY_TID_NATIVE 0  /* native_thread_id: the tid in the process's pid namespace */
 #define ZT_PY_TID_PTHREAD 1 /* thread_id: pthread_self(), the thread's FS base */
+/* co_flags bits of a coroutine's code: CO_COROUTINE | CO_ITERABLE_COROUTINE |
+ * CO_ASYNC_GENERATOR (the same in 3.10 to 3.13). */
+#define ZT_PY_CO_ASYNC 0x380
 
 /* Mirrors python_procs.PyOffsets.pack(); 8-byte aligned, no implicit padding. */
 struct zt_py_offsets {
@@ -61,6 +90,20 @@ struct zt_py_offsets {
 	u32 frame_owner;         /* _PyInterpreterFrame.owner (a char) */
 	u32 owner_shim;          /* owner value of shim frames to skip, or ZT_PY_NO_SHIM */
 	u32 tid_match;           /* ZT_PY_TID_NATIVE or ZT_PY_TID_PTHREAD */
+	/* zt_python_task reads one window of each frame, task_size bytes from task_start: the
+	 * frame's `previous` at task_prev in it, and the 8-byte word at task_gen that holds the
+	 * field telling a frame a generator or coroutine owns (3.11+: the owner byte is
+	 * FRAME_OWNED_BY_GENERATOR, 1; 3.10: PyFrameObject.f_gen is set): shifted left by gen_above
+	 * bits and right by gen_below it is the field, which equals gen_value or, gen_value 0, is
+	 * not 0. task_size 0: no task keys for this process. */
+	u32 task_start;
+	u32 task_size;
+	u32 task_prev;
+	u32 task_gen;
+	u32 gen_above;
+	u32 gen_below;
+	u32 gen_value;
+	u32 code_flags;          /* PyCodeObject.co_flags (an int) */
 	/* The process's pid namespace (kernel dev_t encoding, inode), or 0s for the initial one.
 	 * CPython stores gettid() as seen inside the process's own namespace, so in a container
 	 * the thread is matched by its tid there, not by the kernel-wide one. */
@@ -76,6 +119,7 @@ enum zt_py_status {
 	 * unknown */
 	ZT_PY_NO_THREAD = 2,
 	ZT_PY_READ_FAIL = 3, /* a user read failed (process exiting, page not present) */
+	ZT_PY_TOO_DEEP = 4,  /* zt_python_task: more than ZT_PY_TASK_DEPTH frames, no key */
 };
 
 struct zt_py_stack {
@@ -151,6 +195,36 @@ static __always_inline u64 zt_py_find_tstate(const struct zt_py_offsets *o, u32 
 	return 0;
 }
 
+/* The innermost frame of the calling thread, tid, of a process known by *o, into *frame (0:
+ * the thread runs no Python now); returns a zt_py_status (ZT_PY_OK when the thread state was
+ * found and read). */
+static __always_inline int zt_py_innermost(const struct zt_py_offsets *o, u32 tid, u64 *frame)
+{
+	*frame = 0;
+	u64 ns_tid = tid;
+	if (o->tid_match == ZT_PY_TID_PTHREAD) {
+		ns_tid = zt_py_thread_self();
+		if (!ns_tid)
+			return ZT_PY_NO_THREAD;
+	} else if (o->pidns_ino) {
+		struct bpf_pidns_info ns = {};
+		if (bpf_get_ns_current_pid_tgid(o->pidns_dev, o->pidns_ino, &ns, sizeof(ns)))
+			return ZT_PY_NO_THREAD;
+		ns_tid = ns.pid;
+	}
+	int fail = 0;
+	u64 tstate = zt_py_find_tstate(o, tid, ns_tid, &fail);
+	if (!tstate)
+		return fail ? ZT_PY_READ_FAIL : ZT_PY_NO_THREAD;
+	u64 f = 0;
+	if (zt_py_read_ptr(&f, tstate + o->tstate_frame))
+		return ZT_PY_READ_FAIL;
+	if (o->cframe_current != ZT_PY_NO_CFRAME && f && zt_py_read_ptr(&f, f + o->cframe_current))
+		return ZT_PY_READ_FAIL;
+	*frame = f;
+	return ZT_PY_OK;
+}
+
 /* Fill *out for thread tid of process tgid; returns out->status. Call it on the thread itself
  * (bpf_probe_read_user reads the current task's memory). */
 static __always_inline int zt_python_stack(u32 tgid, u32 tid, struct zt_py_stack *out)
@@ -161,33 +235,13 @@ static __always_inline int zt_python_stack(u32 tgid, u32 tid, struct zt_py_stack
 	struct zt_py_offsets *o = zt_py_procs.lookup(&tgid);
 	if (!o)
 		return ZT_PY_NONE;
-	u64 ns_tid = tid;
-	if (o->tid_match == ZT_PY_TID_PTHREAD) {
-		ns_tid = zt_py_thread_self();
-		if (!ns_tid) {
-			out->status = ZT_PY_NO_THREAD;
-			return out->status;
-		}
-	} else if (o->pidns_ino) {
-		struct bpf_pidns_info ns = {};
-		if (bpf_get_ns_current_pid_tgid(o->pidns_dev, o->pidns_ino, &ns, sizeof(ns))) {
-			out->status = ZT_PY_NO_THREAD;
-			return out->status;
-		}
-		ns_tid = ns.pid;
+	u64 frame = 0;
+	int status = zt_py_innermost(o, tid, &frame);
+	if (status != ZT_PY_OK) {
+		out->status = status;
+		return status;
 	}
 	int fail = 0;
-	u64 tstate = zt_py_find_tstate(o, tid, ns_tid, &fail);
-	if (!tstate) {
-		out->status = fail ? ZT_PY_READ_FAIL : ZT_PY_NO_THREAD;
-		return out->status;
-	}
-	u64 frame = 0;
-	if (zt_py_read_ptr(&frame, tstate + o->tstate_frame))
-		fail = 1;
-	else if (o->cframe_current != ZT_PY_NO_CFRAME && frame &&
-		 zt_py_read_ptr(&frame, frame + o->cframe_current))
-		fail = 1;
 	/* Shim frames (C calling into Python, 3.12+) keep their slot with code 0, which user space
 	 * drops: a second counter for "slots used" next to the loop counter multiplies the states
 	 * the verifier must explore past its limit at this depth. */
@@ -218,5 +272,107 @@ static __always_inline int zt_python_stack(u32 tgid, u32 tid, struct zt_py_stack
 	out->status = fail ? ZT_PY_READ_FAIL : ZT_PY_OK;
 	return out->status;
 }
+
+#if ZT_PY_TASK_KEYS
+/* zt_python_task's copy of a frame's window (per CPU: a program keeps its CPU to the end). */
+#define ZT_PY_WINDOW 128
+struct zt_py_window {
+	u8 bytes[ZT_PY_WINDOW];
+};
+BPF_PERCPU_ARRAY(zt_py_windows, struct zt_py_window, 1);
+/* Threads of known CPython processes found without a thread state (pid_tgid -> when, ns): a
+ * native thread (grpcio's, librdkafka's, a Rust library's) sends often, and each search
+ * walks the interpreter's thread list again (two reads a thread). Searched again after
+ * ZT_PY_NO_THREAD_NS: a thread may get a state later (PyGILState_Ensure), or user space may
+ * have told where a state past the walker's reach is (python_threads.py). */
+#ifndef ZT_PY_NO_THREAD_NS
+#define ZT_PY_NO_THREAD_NS 1000000000ULL
+#endif
+BPF_TABLE("lru_hash", u64, u64, zt_py_no_tstate, 16384);
+
+/* 1 when x is not 0, else 0, without a branch (x < 2^63: an address, a byte). The asm keeps
+ * clang from turning it back into a compare, which BPF can only do with a jump: a jump per
+ * frame is a path per frame for the verifier. */
+static __always_inline u64 zt_py_nonzero(u64 x)
+{
+	u64 neg = -x;
+	asm volatile("" : "+r"(neg));
+	return (x | neg) >> 63;
+}
+
+/* Whether *frame's code is a coroutine's (ZT_PY_CO_ASYNC in its co_flags); 0 when not or
+ * unreadable. */
+static __always_inline int zt_py_async_code(const struct zt_py_offsets *o, u64 frame)
+{
+	u64 code = 0;
+	u32 flags = 0;
+	if (!frame || zt_py_read_ptr(&code, frame + o->frame_code) || !code ||
+	    bpf_probe_read_user(&flags, sizeof(flags), (const void *)(code + o->code_flags)))
+		return 0;
+	return (flags & ZT_PY_CO_ASYNC) != 0;
+}
+
+/* The asyncio task key of the calling thread, tid, of process tgid into *key (see the header
+ * comment; 0: none); returns a zt_py_status.
+ *
+ * The walk keeps the two outermost generator-owned frames it passed and looks at their code
+ * only at the end: the outermost when it is a coroutine's, else the one below it (a plain
+ * generator above the task root: an event loop run from a generator, as a test fixture does).
+ * A user read costs about 0.1 us here (bpf_probe_read_user, measured in a VM), so each frame
+ * is one read of a window holding both fields (at most 72 bytes); and the loop's body has no
+ * branch but the ones that end the walk, so the verifier checks one path per frame and a deep
+ * limit stays cheap to load. */
+static __always_inline int zt_python_task(u32 tgid, u32 tid, u64 *key)
+{
+	*key = 0;
+	struct zt_py_offsets *o = zt_py_procs.lookup(&tgid);
+	if (!o || !o->task_size)
+		return ZT_PY_NONE;
+	int zero = 0;
+	struct zt_py_window *w = zt_py_windows.lookup(&zero);
+	if (!w)
+		return ZT_PY_NONE;
+	u64 id = ((u64)tgid << 32) | tid, now = bpf_ktime_get_ns();
+	u64 *none_since = zt_py_no_tstate.lookup(&id);
+	if (none_since && now - *none_since < ZT_PY_NO_THREAD_NS)
+		return ZT_PY_NO_THREAD;
+	u64 frame = 0;
+	int status = zt_py_innermost(o, tid, &frame);
+	if (status == ZT_PY_NO_THREAD)
+		zt_py_no_tstate.update(&id, &now);
+	else if (none_since)
+		zt_py_no_tstate.delete(&id);
+	if (status != ZT_PY_OK)
+		return status;
+	/* Masked for the verifier: offsets of 8-byte words inside the window, a size that fits. */
+	u64 start = o->task_start, size = o->task_size & (ZT_PY_WINDOW - 1);
+	u64 prev_at = o->task_prev & (ZT_PY_WINDOW - 8), gen_at = o->task_gen & (ZT_PY_WINDOW - 8);
+	u64 above = o->gen_above & 63, below = o->gen_below & 63;
+	u64 value = o->gen_value;
+	u64 equal = zt_py_nonzero(value); /* 1: "equals gen_value"; 0: "is not 0" */
+	u64 outer = 0, second = 0;
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < ZT_PY_TASK_DEPTH; i++) {
+		if (!frame)
+			break;
+		if (bpf_probe_read_user(w->bytes, size, (const void *)(frame + start)))
+			return ZT_PY_READ_FAIL;
+		u64 field = ((*(u64 *)(w->bytes + gen_at) << above) >> below) ^ value;
+		u64 gen = zt_py_nonzero(field) ^ equal;
+		u64 take = -gen; /* all ones for a generator's frame */
+		asm volatile("" : "+r"(take));
+		second = (second & ~take) | (outer & take);
+		outer = (outer & ~take) | (frame & take);
+		frame = *(u64 *)(w->bytes + prev_at);
+	}
+	if (frame)
+		return ZT_PY_TOO_DEEP;
+	if (zt_py_async_code(o, outer))
+		*key = outer;
+	else if (zt_py_async_code(o, second))
+		*key = second;
+	return ZT_PY_OK;
+}
+#endif /* ZT_PY_TASK_KEYS */
 
 #endif /* ZEROTRACE_PYTHON_STACK_H */

@@ -100,6 +100,18 @@
  * can come before connect()'s exit tracepoint (the SYN-ACK is processed at release_sock, inside
  * connect()): whichever of the two comes second sends it (zt_connecting.done). Any other
  * return of connect(), or SYN_SENT -> CLOSE (refused, timed out), drops the entry unsent.
+ *
+ * Asyncio task keys. The loader compiles bpf/python_stack.h before this file, and user space
+ * puts the CPython processes it sees here into zt_py_procs (probes/socket_python.py). An
+ * egress call (a data event written; tls.c: an SSL write) of such a process carries py_task,
+ * the thread's task key (python_stack.h zt_python_task), walked at the call's exit in the one
+ * shared exit program (zt_data_exit_tail) and in tls.c's one SSL exit program: the frames are
+ * the same as at entry (the thread is still in the call), and the walk is compiled and
+ * verified twice, not once per syscall. Reads are not keyed: what a task reads is not news
+ * about which task it is (a server's request read runs in the loop's callback anyway). A
+ * thread the walker did not find sets ZT_SOCK_F_PY_NO_THREAD (user space then tells it
+ * where the process's thread states are); a chain longer than ZT_PY_TASK_DEPTH gives 0, counted
+ * (ZT_STAT_PY_TOO_DEEP).
  */
 #include "zerotrace_events.h"
 
@@ -192,7 +204,8 @@
 #define ZT_STAT_CIPHERTEXT    7 /* TLS ciphertext calls not emitted (ZT_KEEP_CIPHERTEXT 0) */
 #define ZT_STAT_PORT_FILTERED 8 /* connections not tracked: neither port is in ZT_FILTER_PORTS */
 #define ZT_STAT_MMSG_UNCOPIED 9 /* sendmmsg/recvmmsg messages past ZT_MAX_MMSG: not emitted */
-#define ZT_STAT_NR            10
+#define ZT_STAT_PY_TOO_DEEP   10 /* egress calls without a task key: frame chain too long */
+#define ZT_STAT_NR            11
 
 /* Indexes into zt_socket_flow. */
 #define ZT_FLOW_OFFERED 0 /* bytes written to the ring (this program) */
@@ -454,7 +467,7 @@ static __always_inline u32 zt_copy_iov(u8 *payload, u64 iov_ptr, u64 vlen, s64 t
 static __always_inline void zt_emit_data(u32 tgid, u32 tid, s32 fd, u64 start_ns, s64 ret,
 					 u64 conn_start_ns, u8 direction, u8 source, u8 op,
 					 u8 flags, int copy, u64 src, u64 vlen, u32 tcp_seq,
-					 u32 waited_us)
+					 u32 waited_us, u64 py_task)
 {
 	u32 cpu = bpf_get_smp_processor_id();
 	struct zt_sock_data_scratch *ev = zt_socket_scratch.lookup(&cpu);
@@ -475,6 +488,7 @@ static __always_inline void zt_emit_data(u32 tgid, u32 tid, s32 fd, u64 start_ns
 	ev->hdr.flags = flags;
 	ev->hdr.tcp_seq = tcp_seq;
 	ev->hdr.waited_us = waited_us;
+	ev->hdr.py_task = py_task;
 	bpf_get_current_comm(ev->hdr.comm, sizeof(ev->hdr.comm));
 	u64 n = 0;
 	if (copy == 1)
@@ -491,6 +505,17 @@ static __always_inline void zt_emit_data(u32 tgid, u32 tid, s32 fd, u64 start_ns
 		zt_stat_inc(ZT_STAT_LOST);
 	else
 		zt_offered(size);
+}
+
+/* The task key of an egress call into *key ("Asyncio task keys"); returns the flags it adds. */
+static __always_inline u8 zt_py_task_of(u32 tgid, u32 tid, u64 *key)
+{
+	int status = zt_python_task(tgid, tid, key);
+	if (status == ZT_PY_NO_THREAD)
+		return ZT_SOCK_F_PY_NO_THREAD;
+	if (status == ZT_PY_TOO_DEEP)
+		zt_stat_inc(ZT_STAT_PY_TOO_DEEP);
+	return 0;
 }
 
 /*
@@ -800,7 +825,7 @@ static __always_inline int zt_data_enter(s64 fd, u64 buf, u64 vlen, u8 op, u8 di
  * aligned: 64 bytes.
  */
 static __always_inline void zt_emit_mmsg(u32 tgid, u32 tid, struct zt_sys_call *st, s64 count,
-					 u8 direction)
+					 u8 direction, u64 py_task)
 {
 	u8 flags = st->flags & ~(ZT_SOCK_F_TCP_SEQ | ZT_SOCK_F_WAITED);
 #pragma unroll
@@ -817,7 +842,7 @@ static __always_inline void zt_emit_mmsg(u32 tgid, u32 tid, struct zt_sys_call *
 			continue; /* an empty datagram: no bytes moved */
 		zt_emit_data(tgid, tid, st->fd, st->start_ns + i, len, st->conn_start_ns, direction,
 			     ZT_SRC_SYSCALL, st->op, flags, (flags & ZT_SOCK_F_CIPHERTEXT) ? 0 : 2,
-			     iov[0], iov[1], 0, 0);
+			     iov[0], iov[1], 0, 0, py_task);
 	}
 	if (count > ZT_MAX_MMSG)
 		zt_stat_add(ZT_STAT_MMSG_UNCOPIED, count - ZT_MAX_MMSG);
@@ -847,8 +872,11 @@ static __always_inline int zt_data_exit(s64 ret)
 		return 0; /* EAGAIN, error, or EOF: no bytes moved */
 	u8 direction = (st.op & 1) ? ZT_DIR_INGRESS : ZT_DIR_EGRESS;
 	int vector = ((st.op - 1) >> 1) & 1; /* ops 3, 4, 7, 8 */
+	u64 py_task = 0;
+	if (direction == ZT_DIR_EGRESS && (ZT_KEEP_CIPHERTEXT || !(st.flags & ZT_SOCK_F_CIPHERTEXT)))
+		st.flags |= zt_py_task_of(tgid, tid, &py_task);
 	if (st.mmsg) {
-		zt_emit_mmsg(tgid, tid, &st, ret, direction);
+		zt_emit_mmsg(tgid, tid, &st, ret, direction, py_task);
 		return 0;
 	}
 	if ((st.flags & ZT_SOCK_F_CIPHERTEXT) && direction == ZT_DIR_INGRESS)
@@ -862,7 +890,7 @@ static __always_inline int zt_data_exit(s64 ret)
 	int copy = (st.flags & ZT_SOCK_F_CIPHERTEXT) ? 0 : (vector ? 2 : 1);
 	zt_emit_data(tgid, tid, st.fd, st.start_ns, ret, st.conn_start_ns, direction,
 		     ZT_SRC_SYSCALL, st.op, st.flags, copy, st.buf, st.vlen, st.tcp_seq,
-		     st.waited_us);
+		     st.waited_us, py_task);
 	return 0;
 }
 

@@ -382,8 +382,11 @@ static __always_inline int zt_ssl_exit(struct pt_regs *ctx)
 		if (st.direction == ZT_DIR_INGRESS)
 			waited_us = zt_tls_waited(&key, conn_start_ns, st.start_ns, &flags);
 	}
+	u64 py_task = 0; /* socket.c "Asyncio task keys" */
+	if (st.direction == ZT_DIR_EGRESS)
+		flags |= zt_py_task_of(tgid, tid, &py_task);
 	zt_emit_data(tgid, tid, fd, st.start_ns, n, conn_start_ns, st.direction, ZT_SRC_TLS,
-		     st.op, flags, 1, st.buf, 0, 0, waited_us);
+		     st.op, flags, 1, st.buf, 0, 0, waited_us, py_task);
 	return 0;
 }
 

@@ -128,6 +128,8 @@ _Static_assert(sizeof(struct zt_file_rw_event) == 328,
 #define ZT_SOCK_F_FD_UNKNOWN 0x04 /* TLS: no fd known for this SSL* yet (fd is -1) */
 #define ZT_SOCK_F_TCP_SEQ    0x08 /* tcp_seq holds the TCP sequence number of the first byte */
 #define ZT_SOCK_F_WAITED     0x10 /* waited_us holds how long the bytes waited before the read */
+#define ZT_SOCK_F_PY_NO_THREAD 0x20 /* egress of a known CPython process whose thread state the
+				     * walker did not find (user space tells it: python_threads) */
 
 /*
  * Bytes moved on a tracked socket by one syscall or one SSL_read/SSL_write.
@@ -158,7 +160,10 @@ _Static_assert(sizeof(struct zt_file_rw_event) == 328,
  *                              its last segment, tcp_sock.tcp_mstamp) to the call's entry: how
  *                              long a request waited before a busy server read it (TLS reads:
  *                              from the arrival of the ciphertext they decrypt)
- *       88                     header total; payload follows
+ *       88    8 py_task        egress calls of a CPython process the socket probe knows: the
+ *                              thread's asyncio task key (python_stack.h zt_python_task: the
+ *                              address of the outermost coroutine frame), 0 when it runs none
+ *       96                     header total; payload follows
  */
 struct zt_sock_data_hdr {
 	u32 type;
@@ -178,9 +183,10 @@ struct zt_sock_data_hdr {
 	char comm[ZT_COMM_LEN];
 	u32 tcp_seq;
 	u32 waited_us;
+	u64 py_task;
 };
 
-_Static_assert(sizeof(struct zt_sock_data_hdr) == 88,
+_Static_assert(sizeof(struct zt_sock_data_hdr) == 96,
 	       "zt_sock_data_hdr layout changed: update socket_decode.py");
 
 /* zt_sock_conn_event.kind */

@@ -11,13 +11,15 @@
   every request is served on the one event-loop thread;
 - 16 client threads sending N requests in all, keep-alive.
 
-The truth is what the gateway logs, by ids zerotrace does not read: for each request id, the
-epoch-ns interval of each of its three calls. Written to TRUTH.json by the gateway when it
+The truth: the request id is in the upstream call's path and in the PostgreSQL statement (as a
+column alias), so those spans name their request; for Redis (whose arguments zerotrace masks)
+the gateway logs the epoch-ns interval of each call. Written to TRUTH.json by the gateway when it
 stops: {"gateway_pid", "requests": {id: {"redis": [s, e], "postgres": [s, e], "upstream": [s, e]}}}.
 """
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import os
@@ -42,23 +44,28 @@ def gateway(truth_path: str, port: int, upstream: int, redis_port: int, pg_port:
 
     truth: dict[str, dict[str, list[int]]] = {}
     clients: dict[str, Any] = {}
+    ready = asyncio.Lock()  # the first requests come together: one makes the clients
     app = FastAPI()
+
+    async def connect() -> None:
+        clients["redis"] = aioredis.Redis(host="127.0.0.1", port=redis_port)
+        clients["pg"] = await asyncpg.create_pool(
+            host="127.0.0.1", port=pg_port, user="postgres", min_size=4, max_size=16
+        )
+        clients["http"] = httpx.AsyncClient(base_url=f"http://127.0.0.1:{upstream}")
 
     @app.get("/work/{request_id}")
     async def work(request_id: str) -> dict[str, str]:
-        if not clients:
-            clients["redis"] = aioredis.Redis(host="127.0.0.1", port=redis_port)
-            clients["pg"] = await asyncpg.create_pool(
-                host="127.0.0.1", port=pg_port, user="postgres", min_size=4, max_size=16
-            )
-            clients["http"] = httpx.AsyncClient(base_url=f"http://127.0.0.1:{upstream}")
+        async with ready:
+            if not clients:
+                await connect()
         facts = truth.setdefault(request_id, {})
         start = time.time_ns()
         await clients["redis"].get(f"k:{request_id}")
         facts["redis"] = [start, time.time_ns()]
         start = time.time_ns()
         async with clients["pg"].acquire() as conn:
-            await conn.fetchval("SELECT $1::text", request_id)
+            await conn.fetchval(f"SELECT $1::text AS {request_id}", request_id)
         facts["postgres"] = [start, time.time_ns()]
         start = time.time_ns()
         body = {
@@ -68,7 +75,9 @@ def gateway(truth_path: str, port: int, upstream: int, redis_port: int, pg_port:
             "messages": [{"role": "user", "content": "hi"}],
             "zt_pace": {"first_ms": 1, "token_ms": 1},
         }
-        async with clients["http"].stream("POST", "/v1/chat/completions", json=body) as r:
+        async with clients["http"].stream(
+            "POST", f"/{request_id}/v1/chat/completions", json=body
+        ) as r:
             async for _ in r.aiter_bytes():
                 pass
         facts["upstream"] = [start, time.time_ns()]
@@ -76,9 +85,13 @@ def gateway(truth_path: str, port: int, upstream: int, redis_port: int, pg_port:
 
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
-    server.run()
-    with open(truth_path, "w") as f:
-        json.dump({"gateway_pid": os.getpid(), "requests": truth}, f)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass  # the SIGINT that stops it, raised again once uvicorn has shut down
+    finally:
+        with open(truth_path, "w") as f:
+            json.dump({"gateway_pid": os.getpid(), "requests": truth}, f)
 
 
 def main() -> int:

@@ -14,6 +14,7 @@ is the int f_lasti (code units), co_name stands for co_qualname, and there is no
 """
 
 import ctypes
+import inspect
 import json
 import sys
 import threading
@@ -143,6 +144,48 @@ if not LEGACY:
         for o in range(64, 72)
         if byte(gen_frame + o).value == 1 and byte(module_frame + o).value == 0
     ]
+
+
+# The task-key walk (zt_python_task): 3.10 tells a generator's frame by f_gen, the generator
+# object (NULL in a plain function's frame); every version reads co_flags, an int, which
+# differs between a generator's code and a coroutine's (CO_GENERATOR, CO_COROUTINE).
+def legacy_generator() -> Iterator[int]:
+    yield id(sys._getframe())
+
+
+out["frame_gen"] = []
+if LEGACY:
+    gen_object = legacy_generator()
+    gen_pyframe = next(gen_object)
+    plain_pyframe = id(sys._getframe())
+    out["frame_gen"] = [
+        o
+        for o in range(16, 128, 8)
+        if U64(gen_pyframe + o).value == id(gen_object) and U64(plain_pyframe + o).value == 0
+    ]
+
+
+async def coroutine() -> None:
+    pass
+
+
+def int_at(address: int) -> int:
+    return ctypes.c_int.from_address(address).value
+
+
+gen_code, coro_code = generator.__code__, coroutine.__code__
+out["code_flags"] = [
+    o
+    for o in range(0, 256, 4)
+    if int_at(id(gen_code) + o) == gen_code.co_flags
+    and int_at(id(coro_code) + o) == coro_code.co_flags
+]
+out["co_async_flags"] = [
+    inspect.CO_COROUTINE,
+    inspect.CO_ITERABLE_COROUTINE,
+    inspect.CO_ASYNC_GENERATOR,
+    inspect.CO_GENERATOR,
+]
 out["ascii_data"] = [sys.getsizeof("") - 1]
 out["compact_data"] = [sys.getsizeof("x\xe9") - 3]  # two latin-1 chars and a NUL
 out["version"] = list(sys.version_info[:2])

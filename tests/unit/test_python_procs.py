@@ -4,6 +4,7 @@ python_layout_probe.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -19,6 +20,7 @@ from zerotrace_collector.python_procs import (
     LAYOUTS,
     NO_CFRAME,
     NO_SHIM,
+    OWNED_BY_GENERATOR,
     TID_NATIVE,
     TID_PTHREAD,
     defined_symbol,
@@ -82,13 +84,35 @@ def test_start_time_survives_odd_comm() -> None:
 def test_pack_matches_the_c_struct() -> None:
     walker = LAYOUTS[(3, 13)].walker
     packed = walker.pack(0x1122334455667788, (0x400004, 4026532000))
-    assert len(packed) == 8 + 12 * 4 + 16  # struct zt_py_offsets: no padding
-    fields = struct.unpack("<Q12I2Q", packed)
+    assert len(packed) == 8 + 20 * 4 + 16  # struct zt_py_offsets: no padding
+    fields = struct.unpack("<Q20I2Q", packed)
     assert fields[0] == 0x1122334455667788
     assert fields[5] == walker.tstate_frame and fields[6] == NO_CFRAME
     assert fields[-2:] == (0x400004, 4026532000)
-    assert fields[-3] == TID_NATIVE
-    assert struct.unpack("<Q12I2Q", LAYOUTS[(3, 10)].walker.pack(1))[-3] == TID_PTHREAD
+    # zt_python_task: the window (previous at 8, the owner byte 70 in the word at 64: its 7th
+    # byte), the owner value of a generator's frame, co_flags
+    assert fields[-11] == TID_NATIVE
+    assert fields[-10:-2] == (8, 64, 0, 56, 8, 56, OWNED_BY_GENERATOR, 48)
+    legacy = struct.unpack("<Q20I2Q", LAYOUTS[(3, 10)].walker.pack(1))
+    # f_back at 24, f_gen (the whole word) at 88: set in a generator's frame
+    assert legacy[-11] == TID_PTHREAD and legacy[-10:-2] == (24, 72, 0, 64, 0, 0, 0, 36)
+
+
+@pytest.mark.parametrize("version", sorted(LAYOUTS))
+def test_the_task_window_holds_both_fields_of_every_layout(version: tuple[int, int]) -> None:
+    w = LAYOUTS[version].walker
+    start, size, prev_at, gen_at, above, below = w.task_window()
+    assert 0 < size <= 72 and start + prev_at == w.frame_previous
+    field = w.gen_field or w.frame_owner
+    word = sum(b << (8 * i) for i, b in enumerate(range(1, 9)))  # bytes 1..8, little-endian
+    assert ((word << above) & (2**64 - 1)) >> below == int.from_bytes(
+        word.to_bytes(8, "little")[field - start - gen_at :][: w.gen_size], "little"
+    )
+
+
+def test_a_layout_whose_fields_lie_apart_gets_no_task_keys() -> None:
+    far = dataclasses.replace(LAYOUTS[(3, 12)].walker, gen_field=400, gen_size=8)
+    assert far.task_window() == (0, 0, 0, 0, 0, 0)
 
 
 def test_pid_namespace_in_kernel_encoding() -> None:
@@ -155,6 +179,15 @@ def test_layout_table_matches_the_live_interpreter(python: str) -> None:
         assert c.code_adaptive in seen["code_adaptive"]
         assert w.tid_match == TID_NATIVE
     assert [c.ascii_data] == seen["ascii_data"] and [c.compact_data] == seen["compact_data"]
+    # The task-key walk: a generator's frame, and its code's flags.
+    assert w.code_flags in seen["code_flags"]
+    if c.lasti_index:
+        assert w.gen_field in seen["frame_gen"] and (w.gen_size, w.gen_value) == (8, 0)
+    else:  # the owner byte found above holds 1 in a generator's frame
+        assert w.gen_field == 0 and (w.gen_size, w.gen_value) == (1, OWNED_BY_GENERATOR)
+    # ZT_PY_CO_ASYNC: CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR, not CO_GENERATOR
+    coroutine, iterable, async_gen, generator = seen["co_async_flags"]
+    assert coroutine | iterable | async_gen == 0x380 and not generator & 0x380
 
 
 DUMP_RUNTIME = (

@@ -52,15 +52,16 @@ def data_event(
     comm: bytes = b"python3\0\0\0\0\0\0\0\0\0",
     tcp_seq: int = 0,
     waited_us: int = 0,
+    py_task: int = 0,
 ) -> bytes:
     """Independent encoder mirroring struct zt_sock_data_hdr field by field."""
     plen = len(payload) if payload_len is None else payload_len
     head = b"".join(
         [u(tag, 4), u(11, 4), u(12, 4), u(fd, 4, True), u(99, 8), u(start, 8), u(end, 8),
          u(ret, 8, True), u(500, 8), bytes([direction, source, op, flags]), u(plen, 4), comm,
-         u(tcp_seq, 4), u(waited_us, 4)]
+         u(tcp_seq, 4), u(waited_us, 4), u(py_task, 8)]
     )  # fmt: skip
-    assert len(head) == 88
+    assert len(head) == 96
     return head + payload
 
 
@@ -81,7 +82,7 @@ def sockaddr_in(ip: str, port: int) -> bytes:
 
 
 def test_sizes_match_the_header() -> None:
-    assert (DATA_HEADER_SIZE, CONN_EVENT_SIZE) == (88, 112)
+    assert (DATA_HEADER_SIZE, CONN_EVENT_SIZE) == (96, 112)
 
 
 def test_tcp_seq_only_with_its_flag() -> None:
@@ -89,6 +90,15 @@ def test_tcp_seq_only_with_its_flag() -> None:
     assert with_seq.tcp_seq == 0xFFFF_FFF0
     # Without the flag the field is whatever the probe left there: not a sequence number.
     assert decode_socket_data(data_event(tcp_seq=1234)).tcp_seq is None
+
+
+def test_the_task_key_of_an_egress_call() -> None:
+    key = 0x7F3A_1C2B_4D58
+    assert decode_socket_data(data_event(py_task=key)).py_task == key
+    assert decode_socket_data(data_event()).py_task == 0
+    # The walker found no thread state: a known flag, the key stays 0.
+    lost = decode_socket_data(data_event(flags=0x20))
+    assert lost.flags == 0x20 and lost.py_task == 0
 
 
 def test_the_wait_before_a_read_only_with_its_flag() -> None:

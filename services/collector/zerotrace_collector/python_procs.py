@@ -32,6 +32,7 @@ from typing import Final
 
 __all__ = [
     "LAYOUTS",
+    "OWNED_BY_GENERATOR",
     "TID_NATIVE",
     "TID_PTHREAD",
     "CodeLayout",
@@ -53,6 +54,11 @@ NO_SHIM: Final = 0xFFFFFFFF  # ZT_PY_NO_SHIM
 # How the walker recognises the sampled thread's PyThreadState (ZT_PY_TID_* in python_stack.h).
 TID_NATIVE: Final = 0  # tstate_native_tid holds native_thread_id, the tid (3.11+)
 TID_PTHREAD: Final = 1  # it holds thread_id, pthread_self(): on x86-64 the thread's FS base (3.10)
+# How the task-key walk (zt_python_task) tells a frame a generator or coroutine owns: 3.11+ by
+# its owner byte (FRAME_OWNED_BY_GENERATOR, 1 in 3.11 to 3.13), 3.10 by its f_gen pointer
+# (PyOffsets.gen_field/gen_size/gen_value).
+OWNED_BY_GENERATOR: Final = 1
+CODE_FLAGS: Final = 48  # PyCodeObject.co_flags in 3.11 to 3.13 (after the var head and 3 refs)
 
 
 @dataclass(frozen=True)
@@ -71,12 +77,34 @@ class PyOffsets:
     frame_owner: int
     owner_shim: int
     tid_match: int = TID_NATIVE
+    # A frame a generator or coroutine owns: its field at gen_field (0: frame_owner) of
+    # gen_size bytes equals gen_value, or, gen_value 0, is not 0 (python_stack.h).
+    gen_field: int = 0
+    gen_size: int = 1
+    gen_value: int = OWNED_BY_GENERATOR
+    code_flags: int = CODE_FLAGS
+
+    def task_window(self) -> tuple[int, int, int, int, int, int]:
+        """What zt_python_task reads of a frame, as packed: (window start, size, offset of
+        `previous` in it, offset of the 8-byte word holding the generator field in it, bits
+        to shift that word left, then right, to leave the field); all 0 when the two fields
+        are not 8-byte words within ZT_PY_WINDOW (128) bytes of each other, which no known
+        layout does (then no task keys)."""
+        field = self.gen_field or self.frame_owner
+        word = field & ~7
+        start = min(self.frame_previous, word)
+        size = max(self.frame_previous, word) + 8 - start
+        if self.frame_previous % 8 or size >= 128 or field % 8 + self.gen_size > 8:
+            return (0, 0, 0, 0, 0, 0)
+        above = (8 - self.gen_size - field % 8) * 8
+        below = (8 - self.gen_size) * 8
+        return (start, size, self.frame_previous - start, word - start, above, below)
 
     def pack(self, runtime_addr: int, pidns: tuple[int, int] = (0, 0)) -> bytes:
         """*pidns*: (kernel dev_t, inode) of the process's pid namespace, (0, 0) for the
         initial one."""
         return struct.pack(
-            "<Q12I2Q",
+            "<Q20I2Q",
             runtime_addr,
             self.runtime_interp_head,
             self.interp_threads_head,
@@ -90,6 +118,9 @@ class PyOffsets:
             self.frame_owner,
             self.owner_shim,
             self.tid_match,
+            *self.task_window(),
+            self.gen_value,
+            self.code_flags,
             *pidns,
         )
 
@@ -127,10 +158,28 @@ class Layout:
 # are all real. 3.11's PyASCIIObject still has the wstr pointer (48 bytes, not 40).
 # 3.10: tstate->frame is the innermost PyFrameObject (f_back, f_code, f_lasti); the walker
 # reads 8 bytes at f_lasti, f_lineno comes along in the upper half. No owner byte: 108 is
-# f_state, read and ignored (owner_shim NO_SHIM). "qualname" is co_name.
+# f_state, read and ignored (owner_shim NO_SHIM). "qualname" is co_name. A 3.10 frame that a
+# generator or coroutine owns has f_gen (88) set; its code's co_flags is at 36 (3.11+: 48).
 LAYOUTS: Final[dict[tuple[int, int], Layout]] = {
     (3, 10): Layout(
-        PyOffsets(32, 8, 8, 176, 24, NO_CFRAME, 32, 24, 96, 108, NO_SHIM, TID_PTHREAD),
+        PyOffsets(
+            32,
+            8,
+            8,
+            176,
+            24,
+            NO_CFRAME,
+            32,
+            24,
+            96,
+            108,
+            NO_SHIM,
+            TID_PTHREAD,
+            gen_field=88,  # f_gen: the generator, or NULL
+            gen_size=8,
+            gen_value=0,
+            code_flags=36,
+        ),
         CodeLayout(104, 112, 120, 40, 0, 48, 72, lasti_index=True),
     ),
     (3, 11): Layout(
@@ -181,6 +230,7 @@ def layout_from_debug_offsets(raw: bytes) -> Layout | None:
         frame_instr=at(248),
         frame_owner=at(264),
         owner_shim=3,  # FRAME_OWNED_BY_CSTACK
+        # gen_*, code_flags: not in the table; the defaults hold (the owner byte, co_flags 48)
     )
     strings = LAYOUTS[(3, 13)].code  # the str layout is not in 3.13's table
     code = CodeLayout(

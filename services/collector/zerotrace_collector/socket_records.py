@@ -14,6 +14,8 @@ Ids:
 ``tcp_seq``: the sequence number of the call's first byte for syscall events when the
 probe found the kernel's struct offsets (BTF); null for SSL calls (their bytes are
 plaintext, the sequence numbers count ciphertext) and where the kernel has no BTF.
+``py_task``: a SocketBatch column only (SocketData, one call as captures make it, has none):
+each call's asyncio task key (socket_decode.SocketDataSample.py_task), 0 for none.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ def socket_calls(
         "payload_truncated": [len(s.payload) < s.nbytes for s in samples],
         "tcp_seq": [s.tcp_seq for s in samples],
         "waited_ns": [None if s.waited_us is None else s.waited_us * 1000 for s in samples],
+        "py_task": [s.py_task for s in samples],
     }
 
 
@@ -117,7 +120,9 @@ def socket_data_record(
     service: str | None = None,
 ) -> dict[str, Any]:
     """zerotrace.raw.SocketData: one call (what call i of a SocketBatch reads back as)."""
-    call = {name: column[0] for name, column in socket_calls([sample], mono_to_epoch_ns).items()}
+    columns = socket_calls([sample], mono_to_epoch_ns)
+    del columns["py_task"]  # not a SocketData field
+    call = {name: column[0] for name, column in columns.items()}
     event_id = socket_event_id(
         node_id, sample.pid, sample.tid, call["start_ns"], call["direction"], call["source"]
     )

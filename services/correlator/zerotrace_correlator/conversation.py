@@ -90,6 +90,9 @@ class Exchange:
     response_complete: bool = False
     llm: LlmOutcome | None = None
     error: str | None = None  # why the exchange is incomplete (aborted, framing lost)
+    # The asyncio task that wrote the response's first bytes (a server's own side: trace
+    # assembly links the calls that task made to this request); 0 when none was read.
+    response_task: int = 0
     gap: bool = False  # the capture missed bytes of it (framing may have survived)
     source_event_ids: list[str] = field(default_factory=list)
     source_events: int = 0
@@ -361,6 +364,8 @@ class Conversation:
                 return
             answered = self._pending.popleft()
             answered.response = event
+            if call is not None and call.direction == "EGRESS":
+                answered.response_task = call.py_task
             answered.response_end_ns = event.end_ns
             if answered.api is not None and event.status != 101:
                 answered._analyzer = decoding(  # a compressed body decoded first, bounded
@@ -461,6 +466,7 @@ def _origin_of(call: SocketCall) -> dict[str, Any]:
     origin["event_id"] = call.event_id
     origin["tid"] = call.tid
     origin["tcp_seq"] = call.tcp_seq  # the request's first byte: trace assembly joins on it
+    origin["py_task"] = call.py_task  # the asyncio task that wrote it (egress calls only)
     return origin
 
 

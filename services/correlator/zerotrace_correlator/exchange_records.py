@@ -39,8 +39,10 @@ def endpoint_attributes(origin: Mapping[str, Any], requests_sent_locally: bool) 
     local = (str(origin.get("local_addr", "")), str(origin.get("local_port", "")))
     remote = (str(origin.get("remote_addr", "")), str(origin.get("remote_port", "")))
     client, server = (local, remote) if requests_sent_locally else (remote, local)
-    seq = origin.get("tcp_seq")
+    seq, task = origin.get("tcp_seq"), origin.get("py_task")
     extra = {} if seq is None else {names.ATTR_TCP_REQUEST_SEQ: str(seq)}
+    if task and requests_sent_locally:  # a client's request, written by this asyncio task
+        extra[names.ATTR_ASYNC_TASK] = f"{task:x}"
     return {
         **extra,
         names.ATTR_SERVER_ADDRESS: server[0],
@@ -95,6 +97,8 @@ def http_span(ex: Exchange) -> dict[str, Any]:
         names.ATTR_SOURCE_EVENTS: str(ex.source_events),
     }
     attributes.update(propagated_headers(request.headers))
+    if ex.response_task and not ex.requests_sent_locally:  # a server's answer, by this task
+        attributes[names.ATTR_ASYNC_TASK] = f"{ex.response_task:x}"
     error = _llm_error(ex)
     # A capture gap leaves the exchange fine and only our view of it short: not a failure.
     failed = _framing_error(ex) is not None or (llm is not None and llm.failed)

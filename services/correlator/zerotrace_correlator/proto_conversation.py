@@ -89,7 +89,12 @@ class ProtoConversation:
         if side == REQUEST and not self._busy:
             # A request after the answers to the ones before: its spans are the thread's that
             # asked (a pooled connection serves many threads) at this first byte.
-            self.origin = {**self.origin, "tid": call.tid, "tcp_seq": call.tcp_seq}
+            self.origin = {
+                **self.origin,
+                "tid": call.tid,
+                "tcp_seq": call.tcp_seq,
+                "py_task": call.py_task,
+            }
         spans = self.parser.feed(side, call.payload, t, t)
         if side == REQUEST:
             self._busy = True
@@ -138,4 +143,5 @@ def _origin_of(call: SocketCall) -> dict[str, Any]:
     origin = {key: conn[key] for key in _ORIGIN_FIELDS if key in conn}
     origin["tid"] = call.tid
     origin["tcp_seq"] = call.tcp_seq
+    origin["py_task"] = call.py_task
     return origin

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from zerotrace.errors import PoisonInput
 from zerotrace.socket_batch import call_columns, socket_event_id
 
 
@@ -32,6 +33,9 @@ class SocketCall:
     tcp_seq: int | None
     waited_ns: int | None
     known_id: str | None = None  # the record's event id, once made or read
+    # Egress calls of a CPython thread: its asyncio task key (the batch's py_task column:
+    # one value per task while it lives); 0 for none or where the writer did not record it.
+    py_task: int = 0
 
     @property
     def event_id(self) -> str:
@@ -50,12 +54,21 @@ def calls_of_batch(batch: Mapping[str, Any]) -> list[SocketCall]:
     # The batch itself holds the connection's fields (socket_batch.CONN_FIELDS); its columns
     # come in socket_batch.CALL_FIELDS order; payload_truncated is implied by size.
     rows = zip(*call_columns(batch), strict=True)
-    return [
+    calls = [
         SocketCall(
             batch, tid, direction, source, start, end, size, payload[: max(0, size)], seq, waited
         )
         for tid, direction, source, start, end, size, payload, _, seq, waited in rows
     ]
+    tasks = batch["calls"].get("py_task")  # optional column: empty or absent = not recorded
+    if tasks:
+        if len(tasks) != len(calls):
+            raise PoisonInput(
+                f"SocketBatch py_task has {len(tasks)} entries for {len(calls)} calls"
+            )
+        for call, task in zip(calls, tasks, strict=True):
+            call.py_task = task
+    return calls
 
 
 def call_of_record(record: Mapping[str, Any]) -> SocketCall:

@@ -39,6 +39,7 @@ __all__ = [
     "F_CIPHERTEXT",
     "F_FD_GUESSED",
     "F_FD_UNKNOWN",
+    "F_PY_NO_THREAD",
     "F_TCP_SEQ",
     "F_WAITED",
     "MAX_TRAILING",
@@ -138,6 +139,9 @@ F_TCP_SEQ: Final = 0x08
 """``tcp_seq`` is the TCP sequence number of the call's first byte."""
 F_WAITED: Final = 0x10
 """``waited_us`` is how long the bytes of a read waited in the socket before the call."""
+F_PY_NO_THREAD: Final = 0x20
+"""An egress call of a known CPython process whose thread state the walker did not find:
+``py_task`` is 0 for want of it, not because no coroutine ran."""
 
 
 class ConnKind(IntEnum):
@@ -170,6 +174,7 @@ class PyStatus(IntEnum):
     OK = 1
     NO_THREAD = 2  # no thread state for this tid
     READ_FAIL = 3  # a user-memory read failed; frames are the leaf side only
+    TOO_DEEP = 4  # zt_python_task only: longer frame chain than it follows, no task key
 
 
 PY_STACK_HEAD: Final = struct.Struct("<IIII")

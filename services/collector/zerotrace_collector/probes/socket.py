@@ -20,10 +20,14 @@ TLS ciphertext: once a socket is seen under an SSL call, its syscall events are 
 emitted (the plaintext comes from the SSL uprobes), only counted in
 :attr:`SocketProbe.ciphertext_dropped`; with ``keep_ciphertext=True`` they are, marked
 ``ciphertext``, with no payload.
+
+Asyncio task keys: egress calls of CPython processes carry the thread's task key (socket.c
+"Asyncio task keys"); :mod:`.socket_python` keeps the walker's processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -43,8 +47,12 @@ from .bcc_loader import (
     compile_program,
     read_program,
     release,
+    tell_python_walker,
+    tell_thread_states,
 )
-from .event_layout import DEFAULT_PAYLOAD_MAX, ConnKind, RawEvent
+from .event_layout import DEFAULT_PAYLOAD_MAX, F_PY_NO_THREAD, ConnKind, RawEvent
+from .kernel_btf import offset_cflags
+from .python_stack import PYTHON_STACK_FILE, THREAD_SELF_MEMBERS
 from .socket_decode import (
     ConnSample,
     SocketDataSample,
@@ -58,6 +66,7 @@ from .socket_kernel import (
     tcp_arrival_cflags,
     tcp_seq_cflags,
 )
+from .socket_python import PythonProcesses
 from .socket_ring import EventRing
 from .socket_udp import udp_socket
 from .tls import attach_tls, find_libssl
@@ -80,6 +89,7 @@ STAT_CONNS_RESUMED: Final = 6
 STAT_CIPHERTEXT: Final = 7
 STAT_PORT_FILTERED: Final = 8
 STAT_MMSG_UNCOPIED: Final = 9
+STAT_PY_TOO_DEEP: Final = 10
 # UDP peers on this port are always tracked, and with --port it is always among the wanted
 # ports (TCP too): DNS timings belong to every trace (socket.c "Datagrams").
 DNS_PORT: Final = 53
@@ -88,6 +98,8 @@ DNS_PORT: Final = 53
 # tests/unit/test_http_llm_step.py holds the two together).
 RESUME_AFTER_S: Final = 10.0
 FLOW_MAP: Final = b"zt_socket_flow"
+PY_PROCS_MAP: Final = b"zt_py_procs"
+PY_TSTATES_MAP: Final = b"zt_py_tstates"
 
 _SYSCALLS: Final = (
     "read",
@@ -123,6 +135,19 @@ def _link_data_exit(bpf: Any, bpf_class: Any) -> None:
     not traced: the probe is still starting."""
     exit_prog = bpf.load_func(DATA_EXIT_PROG, bpf_class.TRACEPOINT)
     bpf[DATA_EXIT_ARRAY][ctypes.c_int(0)] = ctypes.c_int(exit_prog.fd)
+
+
+def _forget_python(bpf: Any, pid: int) -> None:
+    """Take *pid* out of the walker's map (it exited, exec'd, or its pid is another's)."""
+    table = bpf[PY_PROCS_MAP]
+    with contextlib.suppress(KeyError):
+        del table[table.Key(pid)]
+
+
+def _thread_self_cflags() -> tuple[list[str], str | None]:
+    """The walker's FS base offset (python_stack.h: how it finds a CPython 3.10 thread)."""
+    flags, why = offset_cflags(THREAD_SELF_MEMBERS)
+    return flags, (f"CPython 3.10 calls without asyncio task keys: {why}" if why else None)
 
 
 def _possible_cpus() -> int:
@@ -223,6 +248,8 @@ class SocketProbe(AttachedProbe):
         self._bpf: Any = None
         self._ring: EventRing | None = None
         self._pending: list[SocketSample] = []
+        self.python: PythonProcesses | None = None
+        """The CPython processes whose egress calls get task keys (after attach)."""
         # True when the last poll left events in the ring (it took POLL_BYTES): the reader is
         # behind, and the ring may fill (then events are lost).
         self.backlog = False
@@ -252,6 +279,7 @@ class SocketProbe(AttachedProbe):
             f"-DZT_NR_CPUS={_possible_cpus()}",
             f"-DZT_CAPTURE_TLS={int(self._tls_enabled())}",
             f"-DZT_KEEP_CIPHERTEXT={int(self.keep_ciphertext)}",
+            "-DZT_PY_TASK_KEYS=1",  # python_stack.h's zt_python_task ("Asyncio task keys")
         ]
         if self.comm_prefix:
             flags.append(f'-DZT_FILTER_COMM="{self.comm_prefix}"')
@@ -266,6 +294,7 @@ class SocketProbe(AttachedProbe):
         return [
             tcp_seq_cflags(),
             tcp_arrival_cflags(),
+            _thread_self_cflags(),
             set_state_cflags(),
             port_filter_cflags(self.ports),
             *([process_name_cflags()] if self.comm_prefix else []),
@@ -274,7 +303,8 @@ class SocketProbe(AttachedProbe):
     def _source(self) -> str:
         # tls.c is compiled in the same unit as socket.c (shared maps; see socket.c).
         tls = (TLS_PROGRAM_FILE,) if self._tls_enabled() else ()
-        return read_program(self.bpf_dir, self.program_file, *tls)
+        # The frame walker first, in the same text (bcc rewrites map calls only there).
+        return read_program(self.bpf_dir, PYTHON_STACK_FILE, self.program_file, *tls)
 
     def program_text(self) -> str:
         """The exact C text handed to bcc, preceded by a comment with its cflags."""
@@ -315,6 +345,11 @@ class SocketProbe(AttachedProbe):
             release(bpf)
             raise ProbeUnavailable(f"opening {EVENTS_MAP.decode()} failed: {exc}") from exc
         self._bpf = bpf
+        self.python = PythonProcesses(
+            lambda proc: tell_python_walker(bpf[PY_PROCS_MAP], proc),
+            lambda pid: _forget_python(bpf, pid),
+            lambda states: tell_thread_states(bpf[PY_TSTATES_MAP], states),
+        )
         self.tls_active = self._tls_enabled() and self._attach_tls(bpf)
         if self.seed_from_proc:
             self._seed()
@@ -364,6 +399,8 @@ class SocketProbe(AttachedProbe):
         table = self._bpf[b"zt_follow"]
         table[table.Key(pid)] = table.Leaf(1)
         self._followed.add(pid)
+        if self.python is not None:
+            self.python.saw(pid)
         if self.seed_from_proc:
             self._seed([pid])
 
@@ -388,14 +425,18 @@ class SocketProbe(AttachedProbe):
         for pid in pids:
             if not self._pid_wanted(pid):
                 continue
-            for fd, sock in self.proc.tcp_fds(pid):
+            connected = self.proc.tcp_fds(pid)
+            listeners = self.proc.tcp_fds(pid, listening=True)
+            if (connected or listeners) and self.python is not None:
+                self.python.saw(pid)  # a server's writes get task keys from its first request
+            for fd, sock in connected:
                 if self.ports and not self._on_wanted_port(sock.endpoints):
                     continue
                 family = socket_table.family_of(sock.endpoints.local_addr)
                 conn = self.track(pid, fd, family)
                 self.proc.remember(pid, fd, conn, sock.endpoints)
                 self.seeded += 1
-            for fd, sock in self.proc.tcp_fds(pid, listening=True):
+            for fd, sock in listeners:
                 family = socket_table.family_of(sock.endpoints.local_addr)
                 socket_table.note_listener(self._bpf, pid, fd, family)
 
@@ -406,6 +447,8 @@ class SocketProbe(AttachedProbe):
             return []
         closed = socket_table.sweep(self._bpf, lambda pid: Path(f"/proc/{pid}").exists())
         self.exit_closes += len(closed)
+        if self.python is not None:
+            self.python.sweep()
         return [c for c in closed if self.proc.cached(c.pid, c.fd, c.conn_start_ns) is not None]
 
     # -- events --------------------------------------------------------------
@@ -441,6 +484,9 @@ class SocketProbe(AttachedProbe):
             self.last_malformed = "ring record longer than the ring holds: the rest skipped"
             self._corrupt_seen = ring.corrupt
         out, self._pending = self._pending, []
+        if self.python is not None:
+            for pid in {s.pid for s in out}:
+                self.python.saw(pid)
         now = time.monotonic()
         if len(self._unplaced):
             self._unplaced.expire(now)
@@ -450,8 +496,11 @@ class SocketProbe(AttachedProbe):
         return out
 
     def _keep(self, sample: SocketSample) -> bool:
-        if isinstance(sample, SocketDataSample) and sample.truncated:
-            self.truncated += 1
+        if isinstance(sample, SocketDataSample):
+            if sample.truncated:
+                self.truncated += 1
+            if sample.flags & F_PY_NO_THREAD and self.python is not None:
+                self.python.no_thread(sample.pid)
         if sample.fd < 0:
             # A TLS call with no socket yet: its process was chosen in the kernel (pid, name,
             # cgroup); a port filter must wait until it is placed (tls_placement).
@@ -598,6 +647,12 @@ class SocketProbe(AttachedProbe):
     def mmsg_uncopied(self) -> int:
         """Datagrams of sendmmsg/recvmmsg calls past the first ZT_MAX_MMSG: not emitted."""
         return self._stat(STAT_MMSG_UNCOPIED)
+
+    @property
+    def py_too_deep(self) -> int:
+        """Egress calls of Python threads without a task key: their frame chain was longer
+        than the walker follows (ZT_PY_TASK_DEPTH)."""
+        return self._stat(STAT_PY_TOO_DEEP)
 
     @property
     def unplaced(self) -> int:

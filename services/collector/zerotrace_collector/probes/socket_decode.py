@@ -3,7 +3,7 @@
 Pure Python: no bcc import. Two records share the ring buffer, told apart by the
 leading u32 type tag:
 
-``struct zt_sock_data_hdr`` (88 bytes) followed by ``payload_len`` payload bytes::
+``struct zt_sock_data_hdr`` (96 bytes) followed by ``payload_len`` payload bytes::
 
     off size field            off size field
       0    4 u32 type (2)      48    8 u64 conn_start_ns
@@ -15,7 +15,8 @@ leading u32 type tag:
      32    8 u64 end_ns        64   16 char comm[16]
      40    8 s64 ret           80    4 u32 tcp_seq (with F_TCP_SEQ)
                                  84    4 u32 waited_us (with F_WAITED)
-                               88      payload
+                                 88    8 u64 py_task (egress: asyncio task key, 0 none)
+                               96      payload
 
 ``struct zt_sock_conn_event`` (112 bytes)::
 
@@ -38,6 +39,7 @@ from .event_layout import (
     F_CIPHERTEXT,
     F_FD_GUESSED,
     F_FD_UNKNOWN,
+    F_PY_NO_THREAD,
     F_TCP_SEQ,
     F_WAITED,
     MAX_TRAILING,
@@ -65,14 +67,16 @@ __all__ = [
     "parse_sockaddr",
 ]
 
-_KNOWN_FLAGS: Final = F_CIPHERTEXT | F_FD_GUESSED | F_FD_UNKNOWN | F_TCP_SEQ | F_WAITED
+_KNOWN_FLAGS: Final = (
+    F_CIPHERTEXT | F_FD_GUESSED | F_FD_UNKNOWN | F_TCP_SEQ | F_WAITED | F_PY_NO_THREAD
+)
 
-DATA_HEADER: Final = struct.Struct(f"<IIIiQQQqQBBBBI{COMM_LEN}sII")
+DATA_HEADER: Final = struct.Struct(f"<IIIiQQQqQBBBBI{COMM_LEN}sIIQ")
 DATA_HEADER_SIZE: Final = DATA_HEADER.size
 CONN_EVENT: Final = struct.Struct(f"<IIIiQQQqQIHH{COMM_LEN}s28s4x")
 CONN_EVENT_SIZE: Final = CONN_EVENT.size
 
-if DATA_HEADER_SIZE != 88 or CONN_EVENT_SIZE != 112:  # pragma: no cover - guards edits
+if DATA_HEADER_SIZE != 96 or CONN_EVENT_SIZE != 112:  # pragma: no cover - guards edits
     raise ImportError("socket event layout drifted from bpf/zerotrace_events.h")
 
 _AF_INET: Final = 2
@@ -112,6 +116,10 @@ class SocketDataSample:
     waited_us: int | None = None
     """Reads: microseconds from the socket's last received segment to the call's entry (how
     long a request waited for a busy server to read it), where the probe could read it."""
+    py_task: int = 0
+    """Egress calls of a CPython process: the thread's asyncio task key (the address of the
+    outermost coroutine frame on its stack: one value per task while it lives, another for
+    each task alive beside it); 0 when it ran no coroutine, is not Python, or for reads."""
 
     @property
     def truncated(self) -> bool:
@@ -227,6 +235,7 @@ def decode_socket_data(buf: RawEvent) -> SocketDataSample:
         comm_raw,
         tcp_seq,
         waited_us,
+        py_task,
     ) = DATA_HEADER.unpack_from(buf, 0)
     end = DATA_HEADER_SIZE + payload_len
     # One test for the common case, the reasons only when it fails: this runs per event.
@@ -266,6 +275,7 @@ def decode_socket_data(buf: RawEvent) -> SocketDataSample:
         buf[DATA_HEADER_SIZE:end] if type(buf) is bytes else bytes(buf[DATA_HEADER_SIZE:end]),
         tcp_seq if flags & F_TCP_SEQ else None,
         waited_us if flags & F_WAITED else None,
+        py_task,
     )
 
 
