@@ -34,6 +34,14 @@ from zerotrace.store_rules import (
     too_many_groups,
 )
 
+# The JSON types (duckdb json_type) a stored value may have to fill a field of each type.
+_JSON_KINDS: dict[str, tuple[str, ...]] = {
+    "keyword": ("VARCHAR",),
+    "text": ("VARCHAR",),
+    "long": ("BIGINT", "UBIGINT"),
+    "double": ("BIGINT", "UBIGINT", "DOUBLE"),
+    "boolean": ("BOOLEAN",),
+}
 _SQL_TYPE: dict[str, str] = {
     "keyword": "VARCHAR",
     "text": "VARCHAR",
@@ -219,10 +227,15 @@ class DuckDBStore:
                 sql_type = _SQL_TYPE[ftype]
                 path = "$." + json.dumps(name)
                 self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {_quote(name)} {sql_type}")
+                # Only values of the field's own JSON type, as a write would take them
+                # (store_rules.value_fits: no "6379" into a long).
+                kinds = ", ".join(f"'{k}'" for k in _JSON_KINDS[ftype])
+                doc = _quote("_doc")
                 self._conn.execute(
                     f"UPDATE {table} SET {_quote(name)} = "
-                    f"TRY_CAST(json_extract_string({_quote('_doc')}, ?) AS {sql_type})",
-                    [path],
+                    f"CAST(json_extract_string({doc}, ?) AS {sql_type}) "
+                    f"WHERE json_type({doc}, ?) IN ({kinds})",
+                    [path, path],
                 )
             comment = _spec_json(spec).replace("'", "''")
             self._conn.execute(f"COMMENT ON TABLE {table} IS '{comment}'")

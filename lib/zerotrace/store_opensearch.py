@@ -68,6 +68,10 @@ def field_mapping(ftype: FieldType) -> dict[str, Any]:
     return {"type": ftype}
 
 
+def _first_line(error: BaseException) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0][:300]
+
+
 def spec_meta(spec: IndexSpec) -> dict[str, Any]:
     return {"fields": dict(spec.fields), "time_field": spec.time_field}
 
@@ -330,21 +334,31 @@ class OpenSearchStore:
 
     def _grow(self, spec: IndexSpec, added: Mapping[str, FieldType]) -> None:
         """New spec fields in the template and the index's mapping; the documents already
-        written are indexed again (in place, from their source) so they get them too. Waits
-        for that: it happens once, when a newer version first starts on an older index."""
+        written are indexed again (in place, from their source) so they get them too; the
+        index's spec (`_meta`) says it has grown only after that, so a grow cut short is done
+        again by the next start. It happens once, when a newer version first opens an older
+        index, and waits for it."""
         index = self._full(spec.name)
         template = index_template(spec, index)
         self._call(lambda: self._client.indices.put_index_template(name=index, body=template))
-        body = {
-            "_meta": {META_KEY: spec_meta(spec)},
-            "properties": {name: field_mapping(ftype) for name, ftype in added.items()},
-        }
-        self._call(lambda: self._client.indices.put_mapping(index=index, body=body))
+        fields = {name: field_mapping(ftype) for name, ftype in added.items()}
+        self._call(
+            lambda: self._client.indices.put_mapping(index=index, body={"properties": fields})
+        )
         # Indexed again from their own source (no update_by_query: its reindex module is not
-        # in every node, the test node's included).
+        # in every node, the test node's included); only documents that hold a new field.
         hits = helpers.scan(self._client, index=index, query={"query": {"match_all": {}}})
-        actions = ({"_index": index, "_id": h["_id"], "_source": h["_source"]} for h in hits)
-        self._call(lambda: helpers.bulk(self._client, actions, refresh=True))
+        actions = (
+            {"_index": index, "_id": h["_id"], "_source": h["_source"]}
+            for h in hits
+            if any(name in h["_source"] for name in added)
+        )
+        try:
+            self._call(lambda: helpers.bulk(self._client, actions, refresh=True))
+        except (helpers.BulkIndexError, helpers.ScanError) as e:
+            raise TransientIO(f"Adding fields to index {index!r} failed: {_first_line(e)}") from e
+        meta = {"_meta": {META_KEY: spec_meta(spec)}}
+        self._call(lambda: self._client.indices.put_mapping(index=index, body=meta))
         self._specs[spec.name] = spec
 
     def _lookup(self, index: str) -> IndexSpec | None:

@@ -116,10 +116,12 @@ def main() -> int:
             list(pool.map(one, range(int(total))))
         time.sleep(2.0)  # the collector reads new connections' addresses while they live
     finally:
-        gw.send_signal(signal.SIGINT)  # uvicorn stops; the gateway writes its truth
-        gw.wait(30)
-        up.terminate()
-        up.wait(10)
+        try:
+            gw.send_signal(signal.SIGINT)  # uvicorn stops; the gateway writes its truth
+            gw.wait(30)
+        finally:
+            up.terminate()
+            up.wait(10)
     return 0
 
 

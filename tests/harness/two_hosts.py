@@ -14,6 +14,7 @@ import http.client
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -92,8 +93,6 @@ def ask(host: str, port: int, total: int) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
-    import threading
-
     local = threading.local()
 
     def one(i: int) -> None:

@@ -116,10 +116,14 @@ def test_a_threaded_service_s_spans_are_linked_to_their_true_parents(
             score["upstream server"] += up_served.get("parent_span_id") == up_call["span_id"]
         # The thread's Redis span that started nearest the logged call (zerotrace's clock is
         # the kernel's, moved to the epoch once: it may differ from time.time_ns by µs).
-        start = fact["redis"][0]
-        mine = [s for s in redis_spans if s["tid"] == fact["tid"]]
+        start, end = fact["redis"]
+        mine = [
+            s
+            for s in redis_spans
+            if s["tid"] == fact["tid"] and start - 1_000_000 <= s["start_ns"] <= end
+        ]
         nearest = min(mine, key=lambda s: abs(s["start_ns"] - start), default=None)
-        if nearest is not None and abs(nearest["start_ns"] - start) < 1_000_000:
+        if nearest is not None:
             score["redis"] += nearest.get("parent_span_id") == served["span_id"]
     shares = {k: v / REQUESTS for k, v in score.items()}
     print(f"linked to the true parent: {shares}; {len(edges)} links, {len(spans)} spans")
@@ -145,16 +149,20 @@ def test_client_and_server_spans_on_two_hosts_are_joined_by_sequence_numbers(
         spans, edges = observed(command, [port], tmp_path)
     clients = {s["name"]: s for s in spans if s["kind"] == names.SPAN_KIND_HTTP_CLIENT}
     servers = {s["name"]: s for s in spans if s["kind"] == names.SPAN_KIND_HTTP_SERVER}
-    assert len(clients) == len(servers) == REQUESTS
+    assert len(clients) >= TARGET * REQUESTS and len(servers) >= TARGET * REQUESTS
     # A connection whose addresses the collector could not read (see two_hosts.HOLD_S) has no
     # exchange to join by: counted against the share, never joined wrongly.
     placed = [s for s in servers.values() if s["attributes"][names.ATTR_SERVER_ADDRESS]]
     assert {s["attributes"][names.ATTR_SERVER_ADDRESS] for s in placed} == {hosts.address("b")}
-    joined = sum(servers[name].get("parent_span_id") == c["span_id"] for name, c in clients.items())
+    joined = sum(
+        name in servers and servers[name].get("parent_span_id") == c["span_id"]
+        for name, c in clients.items()
+    )
     wrong = [
         s
         for s in servers.values()
-        if s.get("parent_span_id") and s["parent_span_id"] != clients[s["name"]]["span_id"]
+        if s.get("parent_span_id")
+        and s["parent_span_id"] != clients.get(s["name"], {}).get("span_id")
     ]
     rules = {e["rule"] for e in edges}
     print(
@@ -163,7 +171,7 @@ def test_client_and_server_spans_on_two_hosts_are_joined_by_sequence_numbers(
     )
     assert not wrong
     assert joined / REQUESTS >= TARGET
-    assert rules == {names.TRACE_RULE_TCP_SEQ}
+    assert rules <= {names.TRACE_RULE_TCP_SEQ}
 
 
 @pytest.fixture(scope="module")

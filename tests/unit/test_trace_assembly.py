@@ -220,3 +220,43 @@ def test_an_event_loop_s_calls_are_linked_to_the_request_whose_task_made_them() 
         ("a-req", "a-call", names.TRACE_RULE_SAME_TASK),
         ("b-req", "b-call", names.TRACE_RULE_SAME_TASK),
     ]
+
+
+def test_keep_alive_requests_without_sequence_numbers_join_in_the_order_spans_end() -> None:
+    # Each server span ends before its client span: s1, c1, s2, c2 is the order they come in.
+    got = add(
+        ExchangeLinks(),
+        span("s1", "server", 1, 9, pid=2),
+        span("c1", "client", 0, 10, pid=1),
+        span("s2", "server", 12, 19, pid=2),
+        span("c2", "client", 11, 20, pid=1),
+    )
+    assert sorted(links(got)) == [
+        ("c1", "s1", names.TRACE_RULE_CONNECTION),
+        ("c2", "s2", names.TRACE_RULE_CONNECTION),
+    ]
+
+
+def test_a_call_inside_two_requests_of_one_trace_is_not_given_to_either() -> None:
+    rid = {names.ATTR_HEADER_REQUEST_ID: "same"}
+    linker = ProcessLinks()
+    first = add(
+        linker,
+        span("call", "client", 3, 4, tid=3, server_port=9000, headers=rid),
+        span("req-a", "server", 1, 6, tid=1, client_port=1, headers=rid),
+    )
+    assert links(first) == [("req-a", "call", names.TRACE_RULE_REQUEST_ID)]
+    # The sibling request that also holds it ends later: which one made the call is unknown.
+    back = add(linker, span("req-b", "server", 2, 8, tid=2, client_port=2, headers=rid))
+    assert links(back) == [("", "call", names.TRACE_RULE_REQUEST_ID)]
+    assert linker.counters[ta.AMBIGUOUS] == 1
+
+
+def test_a_span_that_ended_before_the_hold_is_counted_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ta, "HOLD_NS", 100 * MS)
+    linker = ProcessLinks()
+    add(linker, span("new", "client", 500, 501, tid=2))
+    assert add(linker, span("old", "server", 1, 10, tid=1)) == []
+    assert linker.counters[ta.LATE] == 1 and linker.held_spans() == 1

@@ -25,8 +25,8 @@ Two stages, each keyed so that its joins need no state across partitions:
   each write, bpf/socket.c): an event loop's requests, each linked to its own calls.
 
 Both hold spans for HOLD_NS of event time (the newest span end seen), so a parent that ends
-after its child still finds it; a process holding more than MAX_HELD spans forgets its oldest
-and counts them.
+after its child still finds it; a connection, thread or id holding more than MAX_PER_KEY spans
+forgets its oldest and counts them; a span that ended before the hold is counted late.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from zerotrace import names
 from zerotrace_correlator.fileio_spans import stable_id
 
 HOLD_NS = 120_000_000_000
-MAX_HELD = 50_000
 # same_connection: how far outside the client's span a server span's start may fall and still
 # be its exchange (the two ends' clocks differ across hosts).
 CLOCK_SKEW_NS = 50_000_000
@@ -54,6 +53,8 @@ LINKED = "trace.links"
 TAKEN_BACK = "trace.links.taken_back"
 MULTIPLEXED_THREADS = "trace.threads.multiplexed"
 FORGOTTEN = "trace.spans.forgotten"  # held spans dropped for room, before their time
+LATE = "trace.spans.late"  # spans that ended before the hold: nothing they could join is held
+AMBIGUOUS = "trace.links.ambiguous"  # a call inside two requests that carry its id: not linked
 
 
 @dataclass(frozen=True)
@@ -157,23 +158,40 @@ def edge(parent: SpanView | None, child: SpanView, rule: str) -> dict[str, Any]:
     }
 
 
-# Spans come out about in the order they end (a span's timings may fill in a little later):
-# a scan of held spans, newest first, stops at the first that ended this long before what it
-# looks for, so the cost of a span does not grow with the hold.
+# Spans come out about in the order they end (a span's timings may fill in a little later,
+# a partition may lag another): a scan of held spans, newest first, stops once this many in a
+# row ended ORDER_SLACK_NS before what it looks for, so the cost of a span does not grow with
+# the hold, and a span out of order does not end the scan early.
 ORDER_SLACK_NS = 500_000_000
+OLD_IN_A_ROW = 32
+# Spans held per connection, per thread and per propagated id at most: the oldest go first.
+MAX_PER_KEY = 10_000
 
 
 def _recent(spans: dict[str, SpanView], since_ns: int) -> Iterator[SpanView]:
-    """Held spans, newest first, until one ended ORDER_SLACK_NS before since_ns."""
+    """Held spans, newest first, until OLD_IN_A_ROW in a row ended ORDER_SLACK_NS before
+    since_ns."""
+    old = 0
     for v in reversed(spans.values()):
         if v.end_ns < since_ns - ORDER_SLACK_NS:
-            return
+            old += 1
+            if old >= OLD_IN_A_ROW:
+                return
+            continue
+        old = 0
         yield v
 
 
-def _put(index: dict[Any, dict[str, SpanView]], key: Any, v: SpanView) -> None:
-    # A span written again (its timings filled in) keeps its place: its end is the same.
-    index.setdefault(key, {})[v.span_id] = v
+def _put(index: dict[Any, dict[str, SpanView]], key: Any, v: SpanView) -> int:
+    """Holds v under key (a span written again keeps its place: its end is the same);
+    returns how many of the oldest were let go to stay within MAX_PER_KEY."""
+    spans = index.setdefault(key, {})
+    spans[v.span_id] = v
+    dropped = 0
+    while len(spans) > MAX_PER_KEY:
+        del spans[next(iter(spans))]
+        dropped += 1
+    return dropped
 
 
 def _expire(index: dict[Any, dict[str, SpanView]], before_ns: int) -> list[str]:
@@ -190,59 +208,67 @@ def _expire(index: dict[Any, dict[str, SpanView]], before_ns: int) -> list[str]:
 
 
 class ExchangeLinks:
-    """Client span -> server span of the same exchange (rules tcp_seq, same_connection)."""
+    """Client span -> server span of the same exchange (rules tcp_sequence, same_connection)."""
 
     def __init__(self) -> None:
         self.counters: Counter[str] = Counter()
         self._by_exchange: dict[str, dict[str, SpanView]] = {}
         self._by_seq: dict[tuple[str, str, int], SpanView] = {}  # (exchange, side, seq)
-        self._linked: set[str] = set()  # server span ids given a parent
-        # (exchange, side) -> spans held with no sequence number: only those are scanned for
-        # same_connection, so spans that all have one never are.
-        self._unsequenced: Counter[tuple[str, str]] = Counter()
+        # span id -> its end, of server spans given a parent and of client spans made one
+        # by same_connection (a client asks one request: it is the parent of one server span)
+        self._linked: dict[str, int] = {}
+        self._parents: dict[str, int] = {}
         self._newest_ns = 0
-        self._held = 0
+
+    def holds(self, span_id: str, exchange: str | None) -> bool:
+        return exchange is not None and span_id in self._by_exchange.get(exchange, {})
 
     def add(self, v: SpanView) -> list[dict[str, Any]]:
         self._newest_ns = max(self._newest_ns, v.end_ns)
         if v.exchange is None:
             return []
-        if self._held >= MAX_HELD:
-            self.counters[FORGOTTEN] += 1
+        if v.end_ns < self._newest_ns - HOLD_NS:
+            self.counters[LATE] += 1
             return []
-        known = v.span_id in self._by_exchange.get(v.exchange, {})
-        _put(self._by_exchange, v.exchange, v)
-        if not known:
-            self._held += 1
-            if v.seq is None:
-                self._unsequenced[(v.exchange, v.side)] += 1
+        if v.span_id in self._linked or v.span_id in self._parents:
+            return []  # joined already (a span written again with its timings filled in)
+        self.counters[FORGOTTEN] += _put(self._by_exchange, v.exchange, v)
         if v.seq is not None:
             self._by_seq[(v.exchange, v.side, v.seq)] = v
         spans = self._by_exchange[v.exchange]
         out = []
         if v.side == "server":
-            if v.span_id not in self._linked:
-                pair = self._client_of(v, spans)
-                if pair is not None:
-                    out.append(edge(pair[0], v, pair[1]))
+            pair = self._client_of(v, spans)
+            if pair is not None:
+                out.append(edge(pair[0], v, pair[1]))
         else:
             server = None if v.seq is None else self._by_seq.get((v.exchange, "server", v.seq))
             if server is not None and server.span_id not in self._linked:
                 out.append(edge(v, server, names.TRACE_RULE_TCP_SEQ))
-            scan = v.seq is None or self._unsequenced[(v.exchange, "server")] > 0
-            for server in _recent(spans, v.start_ns - CLOCK_SKEW_NS) if scan else ():
-                if (
-                    server.side == "server"
-                    and server.span_id not in self._linked
-                    and (server.seq is None or v.seq is None)
-                ):
-                    pair = self._client_of(server, spans)
-                    if pair is not None and pair[0].span_id == v.span_id:
-                        out.append(edge(v, server, pair[1]))
+            else:
+                for server in _recent(spans, v.start_ns - CLOCK_SKEW_NS):
+                    if server.side == "server" and server.span_id not in self._linked:
+                        pair = self._client_of(server, spans)
+                        if pair is not None and pair[0].span_id == v.span_id:
+                            out.append(edge(v, server, pair[1]))
+                            break
         for e in out:
-            self._linked.add(e["child_span_id"])
+            self._joined(spans, e)
         self.counters[LINKED] += len(out)
         return out
+
+    def _joined(self, spans: dict[str, SpanView], e: Mapping[str, Any]) -> None:
+        """Both ends of a joined exchange leave the held spans (a later request on the
+        connection is never theirs); their ids stay known until the hold ends."""
+        for span_id, known in (
+            (e["child_span_id"], self._linked),
+            (e["parent_span_id"], self._parents),
+        ):
+            v = spans.pop(span_id, None)
+            if v is not None:
+                known[span_id] = v.end_ns
+                if v.seq is not None:
+                    self._by_seq.pop((str(v.exchange), v.side, v.seq), None)
 
     def _client_of(
         self, server: SpanView, spans: dict[str, SpanView]
@@ -252,17 +278,18 @@ class ExchangeLinks:
             client = self._by_seq.get((exchange, "client", server.seq))
             if client is not None:
                 return client, names.TRACE_RULE_TCP_SEQ
-        # No sequence number at one end: the client span of the same name that holds the
-        # server's start, the nearest start first (one HTTP/1 request at a time per connection).
-        if server.seq is not None and not self._unsequenced[(exchange, "client")]:
-            return None
+        # No sequence number at one end: the client span of the same name whose time holds
+        # the server's whole span (one HTTP/1 request at a time on a connection; the next
+        # request starts after the client had its answer), the nearest start first.
         near = [
             c
             for c in _recent(spans, server.start_ns - CLOCK_SKEW_NS)
             if c.side == "client"
             and (c.seq is None or server.seq is None)
             and c.name == server.name
-            and c.start_ns - CLOCK_SKEW_NS <= server.start_ns <= c.end_ns + CLOCK_SKEW_NS
+            and c.start_ns - CLOCK_SKEW_NS <= server.start_ns
+            and server.end_ns <= c.end_ns + CLOCK_SKEW_NS
+            and server.start_ns <= c.end_ns
         ]
         if not near:
             return None
@@ -271,17 +298,13 @@ class ExchangeLinks:
 
     def expire(self) -> None:
         before = self._newest_ns - HOLD_NS
-        for v in (v for spans in self._by_exchange.values() for v in spans.values()):
-            if v.end_ns < before and v.seq is None:
-                self._unsequenced[(str(v.exchange), v.side)] -= 1
-        self._unsequenced = +self._unsequenced  # drops the zeros
         gone = set(_expire(self._by_exchange, before))
-        self._held -= len(gone)
-        self._linked -= gone
         self._by_seq = {k: v for k, v in self._by_seq.items() if v.span_id not in gone}
+        self._linked = {k: end for k, end in self._linked.items() if end >= before}
+        self._parents = {k: end for k, end in self._parents.items() if end >= before}
 
     def held_spans(self) -> int:
-        return self._held
+        return sum(len(spans) for spans in self._by_exchange.values())
 
 
 class _Process:
@@ -290,52 +313,61 @@ class _Process:
         self.clients: dict[int, dict[str, SpanView]] = {}
         self.servers_by_id: dict[tuple[str, str], dict[str, SpanView]] = {}
         self.clients_by_id: dict[tuple[str, str], dict[str, SpanView]] = {}
-        self.multiplexed: set[int] = set()
         self.same_thread: dict[str, str] = {}  # client span id -> its same-thread parent
-        self.by_ids: set[tuple[str, str]] = set()  # (client span id, rule) linked by an id
-        self.held = 0
+        # (client span id, rule) -> the server span it was linked to by that propagated id
+        self.by_ids: dict[tuple[str, str], str] = {}
+
+
+# A thread found multiplexed stays so this long after its last span (a restart that reads
+# only the spans still held must not take a quiet event loop for a plain thread).
+MULTIPLEXED_NS = 10 * HOLD_NS
 
 
 class ProcessLinks:
-    """Links inside one process: same thread, and propagated ids."""
+    """Links inside one process: same thread, propagated ids, the asyncio task."""
 
     def __init__(self) -> None:
         self.counters: Counter[str] = Counter()
         self._processes: dict[tuple[str, int], _Process] = {}
+        self._multiplexed: dict[tuple[str, int, int], int] = {}  # (node, pid, tid) -> last
         self._newest_ns = 0
+
+    def holds(self, v: SpanView) -> bool:
+        proc = self._processes.get((v.node_id, v.pid))
+        side = None if proc is None else proc.servers if v.side == "server" else proc.clients
+        return side is not None and v.span_id in side.get(v.tid, {})
 
     def add(self, v: SpanView) -> list[dict[str, Any]]:
         self._newest_ns = max(self._newest_ns, v.end_ns)
+        if v.end_ns < self._newest_ns - HOLD_NS:
+            self.counters[LATE] += 1
+            return []
         proc = self._processes.setdefault((v.node_id, v.pid), _Process())
-        side = proc.servers if v.side == "server" else proc.clients
-        if v.span_id not in side.get(v.tid, {}):
-            if proc.held >= MAX_HELD:
-                self.counters[FORGOTTEN] += 1
-                return []
-            proc.held += 1
+        thread = (v.node_id, v.pid, v.tid)
+        if thread in self._multiplexed:
+            self._multiplexed[thread] = max(self._multiplexed[thread], v.end_ns)
         out: list[dict[str, Any]] = []
-        pairs: list[tuple[SpanView, SpanView]] = []
         if v.side == "server":
-            _put(proc.servers, v.tid, v)
-            for pid_key in v.propagated:
-                _put(proc.servers_by_id, pid_key, v)
-                held = proc.clients_by_id.get(pid_key, {})
-                pairs += [(v, c) for c in _recent(held, v.start_ns) if v.encloses(c)]
+            self.counters[FORGOTTEN] += _put(proc.servers, v.tid, v)
+            for key in v.propagated:
+                self.counters[FORGOTTEN] += _put(proc.servers_by_id, key, v)
             out += self._server_came(proc, v)
+            for key in v.propagated:
+                for c in list(_recent(proc.clients_by_id.get(key, {}), v.start_ns)):
+                    if v.encloses(c):
+                        out += self._by_id(proc, c, key)
         else:
-            _put(proc.clients, v.tid, v)
-            for pid_key in v.propagated:
-                _put(proc.clients_by_id, pid_key, v)
-                held = proc.servers_by_id.get(pid_key, {})
-                pairs += [(s, v) for s in _recent(held, v.start_ns) if s.encloses(v)]
+            self.counters[FORGOTTEN] += _put(proc.clients, v.tid, v)
+            for key in v.propagated:
+                self.counters[FORGOTTEN] += _put(proc.clients_by_id, key, v)
+                out += self._by_id(proc, v, key)
             out += self._client_came(proc, v)
-        out += self._by_propagated_ids(proc, pairs)
         self.counters[LINKED] += sum(1 for e in out if e["parent_span_id"])
         return out
 
     def _server_came(self, proc: _Process, server: SpanView) -> list[dict[str, Any]]:
-        tid = server.tid
-        if tid in proc.multiplexed:
+        tid, thread = server.tid, (server.node_id, server.pid, server.tid)
+        if thread in self._multiplexed:
             return []
         on_thread = proc.servers.get(tid, {})
         overlapping = any(
@@ -344,7 +376,7 @@ class ProcessLinks:
             if server.start_ns < s.end_ns
         )
         if overlapping:  # two requests at once on one thread: take its same-thread links back
-            proc.multiplexed.add(tid)
+            self._multiplexed[thread] = server.end_ns
             self.counters[MULTIPLEXED_THREADS] += 1
             out = []
             for child_id in list(proc.same_thread):
@@ -363,7 +395,8 @@ class ProcessLinks:
         return out
 
     def _client_came(self, proc: _Process, client: SpanView) -> list[dict[str, Any]]:
-        if client.tid in proc.multiplexed or client.span_id in proc.same_thread:
+        thread = (client.node_id, client.pid, client.tid)
+        if thread in self._multiplexed or client.span_id in proc.same_thread:
             return []
         around = [
             s
@@ -375,43 +408,50 @@ class ProcessLinks:
         proc.same_thread[client.span_id] = around[0].span_id
         return [edge(around[0], client, names.TRACE_RULE_SAME_THREAD)]
 
-    def _by_propagated_ids(
-        self, proc: _Process, pairs: list[tuple[SpanView, SpanView]]
+    def _by_id(
+        self, proc: _Process, client: SpanView, key: tuple[str, str]
     ) -> list[dict[str, Any]]:
-        """A client span inside a server span of the process, both carrying the same
-        propagated id: the innermost such server span is its parent, by that id's rule."""
-        best: dict[tuple[str, str], tuple[SpanView, SpanView]] = {}
-        for server, client in pairs:
-            for rule, _ in set(server.propagated) & set(client.propagated):
-                key = (client.span_id, rule)
-                if key in proc.by_ids:
-                    continue
-                held = best.get(key)
-                if held is None or (server.start_ns, server.span_id) > (
-                    held[0].start_ns,
-                    held[0].span_id,
-                ):
-                    best[key] = (server, client)
-        out = []
-        for (_, rule), (server, client) in sorted(best.items()):
-            proc.by_ids.add((client.span_id, rule))
-            out.append(edge(server, client, rule))
-        return out
+        """A client span inside a server span of the process that carries the same
+        propagated id (or asyncio task) is its child by that rule, when exactly one held
+        server span does; a second one found later takes the link back (two requests of one
+        trace served side by side: which one made the call is not known)."""
+        rule = key[0]
+        around = [
+            s
+            for s in _recent(proc.servers_by_id.get(key, {}), client.start_ns)
+            if s.encloses(client)
+        ]
+        linked = proc.by_ids.get((client.span_id, rule))
+        if len(around) == 1 and linked is None:
+            proc.by_ids[(client.span_id, rule)] = around[0].span_id
+            return [edge(around[0], client, rule)]
+        if len(around) > 1:
+            self.counters[AMBIGUOUS] += 1
+            if linked:
+                proc.by_ids[(client.span_id, rule)] = ""
+                self.counters[TAKEN_BACK] += 1
+                return [edge(None, client, rule)]
+            proc.by_ids[(client.span_id, rule)] = ""
+        return []
 
     def expire(self) -> None:
         before = self._newest_ns - HOLD_NS
         for key in list(self._processes):
             proc = self._processes[key]
-            gone = _expire(proc.servers, before)
+            _expire(proc.servers, before)
             gone_clients = set(_expire(proc.clients, before))
             _expire(proc.servers_by_id, before)
             _expire(proc.clients_by_id, before)
-            proc.held -= len(gone) + len(gone_clients)
             for child in gone_clients:
                 proc.same_thread.pop(child, None)
-            proc.by_ids = {k for k in proc.by_ids if k[0] not in gone_clients}
+            proc.by_ids = {k: v for k, v in proc.by_ids.items() if k[0] not in gone_clients}
             if not proc.servers and not proc.clients:
                 del self._processes[key]
+        quiet = self._newest_ns - MULTIPLEXED_NS
+        self._multiplexed = {k: t for k, t in self._multiplexed.items() if t >= quiet}
 
     def held_spans(self) -> int:
-        return sum(p.held for p in self._processes.values())
+        return sum(
+            sum(len(d) for d in p.servers.values()) + sum(len(d) for d in p.clients.values())
+            for p in self._processes.values()
+        )

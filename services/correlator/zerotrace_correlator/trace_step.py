@@ -6,9 +6,11 @@ node and process; `ProcessTraceStep` reads that and links inside each process. E
 run in the one process after the correlator; distributed, `zerotrace traces` runs them as
 faust workers, scaled by partition like the others. See trace_assembly.py for the rules.
 
-A step holds the input offsets of the spans it still holds (for HOLD_NS of event time), so a
-worker that restarts reads them again and finds the same links; links have deterministic ids,
-so the ones written twice replace themselves.
+A step holds the input offsets of the spans its links still hold (waiting for the other end,
+up to HOLD_NS of event time), so a worker that restarts reads them again and finds the links
+they were waiting for; links have deterministic ids, so the ones written twice replace
+themselves. (A restart does not bring back what was let go: a thread found multiplexed before
+the held spans is taken for a plain one until it is found so again.)
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from zerotrace.deadletter import dead_letter
 from zerotrace.errors import PoisonInput
 from zerotrace.step import Held, Output, StepCounters
 from zerotrace_correlator.trace_assembly import (
-    HOLD_NS,
     ExchangeLinks,
     ProcessLinks,
     SpanView,
@@ -43,9 +44,8 @@ class _TraceStep:
         self._codec = codec
         self.links = links
         self.step_counters = StepCounters()
-        # span id -> (input partition, offset, end) of each span held, for `held`
-        self._offsets: dict[str, tuple[tuple[str, int], int, int]] = {}
-        self._newest_ns = 0
+        # span id -> (input partition, offset, span) of each span the links hold, for `held`
+        self._offsets: dict[str, tuple[tuple[str, int], int, SpanView]] = {}
 
     def process(self, message: Message) -> list[Output]:
         self.step_counters.consumed += 1
@@ -60,8 +60,8 @@ class _TraceStep:
             return self._dead_letter(message, f"a span assembly cannot read: {exc!r}")
         out = self.passed_on(message, span)
         if v is not None:
-            self._hold(message, v)
             out += [self._edge(e) for e in self.links.add(v)]
+            self._hold(message, v)
         self.step_counters.produced += len(out)
         return out
 
@@ -78,8 +78,7 @@ class _TraceStep:
     def tick(self, now_ns: int) -> list[Output]:
         """Spans older than HOLD_NS of event time are let go."""
         self.links.expire()
-        before = self._newest_ns - HOLD_NS
-        for span_id in [k for k, (_, _, end) in self._offsets.items() if end < before]:
+        for span_id in [k for k, (_, _, v) in self._offsets.items() if not self._holds(v)]:
             del self._offsets[span_id]
         return []
 
@@ -100,12 +99,21 @@ class _TraceStep:
             "trace.spans.held": self.links.held_spans(),
         }
 
+    def _holds(self, v: SpanView) -> bool:
+        links = self.links
+        if isinstance(links, ExchangeLinks):
+            return links.holds(v.span_id, v.exchange)
+        return links.holds(v)
+
     def _hold(self, message: Message, v: SpanView) -> None:
-        self._newest_ns = max(self._newest_ns, v.end_ns)
+        """Remembers where a span the links now hold was read (the first time it was)."""
+        if not self._holds(v):
+            self._offsets.pop(v.span_id, None)
+            return
         where = (message.topic, message.partition)
         known = self._offsets.get(v.span_id)
         offset = message.offset if known is None else min(known[1], message.offset)
-        self._offsets[v.span_id] = (where, offset, v.end_ns)
+        self._offsets[v.span_id] = (where, offset, v)
 
     def _edge(self, record: dict[str, Any]) -> Output:
         value = self._codec.encode(names.DERIVED_TRACE.record, record)

@@ -72,12 +72,14 @@ def link(
     roots: dict[str, str] = {}
 
     def root_of(span_id: str) -> str:
-        seen = []
-        while span_id in parent_of and span_id not in roots and span_id not in seen:
+        seen: list[str] = []
+        on_path: set[str] = set()
+        while span_id in parent_of and span_id not in roots and span_id not in on_path:
             seen.append(span_id)
+            on_path.add(span_id)
             span_id = parent_of[span_id]
         top = roots.get(span_id, span_id)
-        if span_id in seen:  # a loop: cut it at the span where it closed
+        if span_id in on_path:  # a loop: cut it at the span where it closed
             parent_of.pop(span_id, None)
             by_id[span_id]["parent_span_id"] = None
             top = span_id
@@ -99,22 +101,32 @@ def trace(store: Store, trace_or_span_id: str) -> list[dict[str, Any]]:
     )
     spans = {str(s["span_id"]): s for s in found}
     edges: dict[str, dict[str, Any]] = {}
-    frontier = set(spans)
+    frontier, cut = set(spans), False
     for _ in range(MAX_ROUNDS):
         reached: set[str] = set()
         for span_id in sorted(frontier):
             for edge in _edges(store, span_id):
                 edges[str(edge["_id"])] = edge
                 reached.update({str(edge["parent_span_id"]), str(edge["child_span_id"])})
+        new = sorted(reached - spans.keys() - {""})  # "": a link taken back
+        room = max(MAX_SPANS - len(spans), 0)
+        cut = len(new) > room
         frontier = set()
-        for span_id in sorted(reached - spans.keys())[: max(MAX_SPANS - len(spans), 0)]:
+        for span_id in new[:room]:
             for span in _spans(store, "span_id", span_id):
                 spans[span_id] = span
                 frontier.add(span_id)
         if not frontier:
             break
+    else:
+        cut = True  # rounds ran out with spans still to follow
     linked = link(list(spans.values()), edges.values())
-    if frontier and linked:  # rounds or room ran out with spans still to follow
+    # Links that lost to a better rule were followed too: keep the trace the first span is in.
+    if found:
+        first = str(found[0]["span_id"])
+        trace_id = next(s["trace_id"] for s in linked if s["span_id"] == first)
+        linked = [s for s in linked if s["trace_id"] == trace_id]
+    if cut and linked:
         root = next((s for s in linked if not s.get("parent_span_id")), linked[0])
         root["attributes"] = {**(root.get("attributes") or {}), names.ATTR_TRACE_CUT: "true"}
     return linked
