@@ -41,6 +41,7 @@ from zerotrace.store_rules import (
     check_spec,
     encode_document,
     too_many_groups,
+    value_fits,
 )
 
 T = TypeVar("T")
@@ -66,6 +67,13 @@ def field_mapping(ftype: FieldType) -> dict[str, Any]:
     if ftype in ("long", "double"):
         return {"type": ftype, "coerce": False}  # "12" is refused, as the DuckDB store does
     return {"type": ftype}
+
+
+def _fills(source: Mapping[str, Any], added: Mapping[str, FieldType]) -> bool:
+    """Whether a stored document gets a value for a grown field: it holds one of the new
+    fields, each of its own type (a "6379" stays unindexed in a long field, as in DuckDB)."""
+    present = [name for name in added if source.get(name) is not None]
+    return bool(present) and all(value_fits(added[name], source[name]) for name in present)
 
 
 def _first_line(error: BaseException) -> str:
@@ -351,7 +359,7 @@ class OpenSearchStore:
         actions = (
             {"_index": index, "_id": h["_id"], "_source": h["_source"]}
             for h in hits
-            if any(name in h["_source"] for name in added)
+            if _fills(h["_source"], added)
         )
         try:
             self._call(lambda: helpers.bulk(self._client, actions, refresh=True))
