@@ -46,6 +46,24 @@
  * end): a chain longer than ZT_PY_TASK_DEPTH gives no key (ZT_PY_TOO_DEEP), as the root may
  * lie beyond. An event loop run inside a coroutine (nest_asyncio) gives its tasks the outer
  * task's key.
+ *
+ * Tasks made by tasks. A request's task often hands its calls to tasks of its own
+ * (asyncio.wait_for in 3.11, gather, TaskGroup, anyio task groups, redis.asyncio) or to a worker
+ * thread (asyncio.to_thread, Starlette's run_in_threadpool for a FastAPI `def` endpoint); their
+ * frames are not the request's, so their own key would be another task's. What they share with
+ * the request is where their contextvars.Context came from: every Task and every loop callback
+ * (Handle) copies the current context when it is made (PyContext_CopyCurrent), and the event
+ * loop enters that copy (PyThreadState.context) for each step of the task or run of the
+ * callback; asyncio.to_thread and anyio run the worker's function in a copy too. A uretprobe on
+ * PyContext_CopyCurrent (zt_py_context_copied) records in zt_py_ctx_task, for a copy made while
+ * a task runs, that task's key (its own inherited one first, so a grandchild gets the root);
+ * and an egress call whose entered context is recorded carries the recorded key instead of
+ * its own. A copy made outside any task (no coroutine frame on the stack: the loop's
+ * callbacks, where uvicorn and asyncio.start_server make each request's task) records
+ * nothing, so requests stay apart; the callbacks a task schedules (call_soon) carry its key.
+ * Not seen: a context made by contextvars.Context() or Context.copy() (not through
+ * PyContext_CopyCurrent) whose address a freed recorded one had; loop.run_in_executor, which
+ * copies no context.
  */
 #ifndef ZEROTRACE_PYTHON_STACK_H
 #define ZEROTRACE_PYTHON_STACK_H
@@ -104,6 +122,9 @@ struct zt_py_offsets {
 	u32 gen_below;
 	u32 gen_value;
 	u32 code_flags;          /* PyCodeObject.co_flags (an int) */
+	u32 tstate_context;      /* PyThreadState.context, the entered contextvars.Context; 0:
+				  * unknown (no task keys through contexts) */
+	u32 reserved;
 	/* The process's pid namespace (kernel dev_t encoding, inode), or 0s for the initial one.
 	 * CPython stores gettid() as seen inside the process's own namespace, so in a container
 	 * the thread is matched by its tid there, not by the kernel-wide one. */
@@ -198,9 +219,11 @@ static __always_inline u64 zt_py_find_tstate(const struct zt_py_offsets *o, u32 
 /* The innermost frame of the calling thread, tid, of a process known by *o, into *frame (0:
  * the thread runs no Python now); returns a zt_py_status (ZT_PY_OK when the thread state was
  * found and read). */
-static __always_inline int zt_py_innermost(const struct zt_py_offsets *o, u32 tid, u64 *frame)
+static __always_inline int zt_py_innermost(const struct zt_py_offsets *o, u32 tid, u64 *frame,
+					   u64 *tstate_out)
 {
 	*frame = 0;
+	*tstate_out = 0;
 	u64 ns_tid = tid;
 	if (o->tid_match == ZT_PY_TID_PTHREAD) {
 		ns_tid = zt_py_thread_self();
@@ -222,6 +245,7 @@ static __always_inline int zt_py_innermost(const struct zt_py_offsets *o, u32 ti
 	if (o->cframe_current != ZT_PY_NO_CFRAME && f && zt_py_read_ptr(&f, f + o->cframe_current))
 		return ZT_PY_READ_FAIL;
 	*frame = f;
+	*tstate_out = tstate;
 	return ZT_PY_OK;
 }
 
@@ -235,8 +259,8 @@ static __always_inline int zt_python_stack(u32 tgid, u32 tid, struct zt_py_stack
 	struct zt_py_offsets *o = zt_py_procs.lookup(&tgid);
 	if (!o)
 		return ZT_PY_NONE;
-	u64 frame = 0;
-	int status = zt_py_innermost(o, tid, &frame);
+	u64 frame = 0, tstate = 0;
+	int status = zt_py_innermost(o, tid, &frame, &tstate);
 	if (status != ZT_PY_OK) {
 		out->status = status;
 		return status;
@@ -274,6 +298,8 @@ static __always_inline int zt_python_stack(u32 tgid, u32 tid, struct zt_py_stack
 }
 
 #if ZT_PY_TASK_KEYS
+#include <uapi/linux/ptrace.h> /* struct pt_regs: zt_py_context_copied */
+
 /* zt_python_task's copy of a frame's window (per CPU: a program keeps its CPU to the end). */
 #define ZT_PY_WINDOW 128
 struct zt_py_window {
@@ -289,6 +315,15 @@ BPF_PERCPU_ARRAY(zt_py_windows, struct zt_py_window, 1);
 #define ZT_PY_NO_THREAD_NS 1000000000ULL
 #endif
 BPF_TABLE("lru_hash", u64, u64, zt_py_no_tstate, 16384);
+/* (process, PyContext*) -> the task key of the task that made the context: see "Tasks made by
+ * tasks". LRU: contexts are freed without a word to the probe; a live task's entry is touched
+ * at each of its egress calls. */
+struct zt_py_ctx_key {
+	u32 tgid;
+	u32 pad;
+	u64 ctx;
+};
+BPF_TABLE("lru_hash", struct zt_py_ctx_key, u64, zt_py_ctx_task, 65536);
 
 /* 1 when x is not 0, else 0, without a branch (x < 2^63: an address, a byte). The asm keeps
  * clang from turning it back into a compare, which BPF can only do with a jump: a jump per
@@ -322,9 +357,10 @@ static __always_inline int zt_py_async_code(const struct zt_py_offsets *o, u64 f
  * is one read of a window holding both fields (at most 72 bytes); and the loop's body has no
  * branch but the ones that end the walk, so the verifier checks one path per frame and a deep
  * limit stays cheap to load. */
-static __always_inline int zt_python_task(u32 tgid, u32 tid, u64 *key)
+static __always_inline int zt_py_task_parts(u32 tgid, u32 tid, u64 *key, u64 *inherited)
 {
 	*key = 0;
+	*inherited = 0;
 	struct zt_py_offsets *o = zt_py_procs.lookup(&tgid);
 	if (!o || !o->task_size)
 		return ZT_PY_NONE;
@@ -336,14 +372,22 @@ static __always_inline int zt_python_task(u32 tgid, u32 tid, u64 *key)
 	u64 *none_since = zt_py_no_tstate.lookup(&id);
 	if (none_since && now - *none_since < ZT_PY_NO_THREAD_NS)
 		return ZT_PY_NO_THREAD;
-	u64 frame = 0;
-	int status = zt_py_innermost(o, tid, &frame);
+	u64 frame = 0, tstate = 0;
+	int status = zt_py_innermost(o, tid, &frame, &tstate);
 	if (status == ZT_PY_NO_THREAD)
 		zt_py_no_tstate.update(&id, &now);
 	else if (none_since)
 		zt_py_no_tstate.delete(&id);
 	if (status != ZT_PY_OK)
 		return status;
+	/* The entered context: a task's own, a callback's, or the one a worker thread runs a
+	 * function in ("Tasks made by tasks"). */
+	struct zt_py_ctx_key ck = {.tgid = tgid};
+	if (o->tstate_context && zt_py_read_ptr(&ck.ctx, tstate + o->tstate_context) == 0 && ck.ctx) {
+		u64 *parent = zt_py_ctx_task.lookup(&ck);
+		if (parent)
+			*inherited = *parent;
+	}
 	/* Masked for the verifier: offsets of 8-byte words inside the window, a size that fits. */
 	u64 start = o->task_start, size = o->task_size & (ZT_PY_WINDOW - 1);
 	u64 prev_at = o->task_prev & (ZT_PY_WINDOW - 8), gen_at = o->task_gen & (ZT_PY_WINDOW - 8);
@@ -372,6 +416,41 @@ static __always_inline int zt_python_task(u32 tgid, u32 tid, u64 *key)
 	else if (zt_py_async_code(o, second))
 		*key = second;
 	return ZT_PY_OK;
+}
+
+/* The task key of an egress call (see the header comment; 0: none) into *key; returns a
+ * zt_py_status. A context made inside a task gives that task's key; else the thread's own
+ * outermost coroutine frame. */
+static __always_inline int zt_python_task(u32 tgid, u32 tid, u64 *key)
+{
+	u64 own = 0, inherited = 0;
+	int status = zt_py_task_parts(tgid, tid, &own, &inherited);
+	*key = inherited ? inherited : own;
+	return status;
+}
+
+/* uretprobe on PyContext_CopyCurrent (user space attaches it to each interpreter module it
+ * finds; see "Tasks made by tasks"): the new context belongs to the task that made it, or
+ * to that task's own parent, when a task is running (a coroutine frame on the stack); a copy
+ * made outside any task (an event-loop callback, a plain thread) belongs to none, and what the
+ * map held for its address, from a freed context, goes. */
+int zt_py_context_copied(struct pt_regs *ctx)
+{
+	u64 copy = PT_REGS_RC(ctx), pid_tgid = bpf_get_current_pid_tgid();
+	u32 tgid = pid_tgid >> 32, tid = (u32)pid_tgid;
+	if (!copy)
+		return 0;
+	u64 own = 0, inherited = 0;
+	if (zt_py_task_parts(tgid, tid, &own, &inherited) == ZT_PY_NONE)
+		return 0;
+	struct zt_py_ctx_key ck = {.tgid = tgid, .ctx = copy};
+	if (own) {
+		u64 parent = inherited ? inherited : own;
+		zt_py_ctx_task.update(&ck, &parent);
+	} else {
+		zt_py_ctx_task.delete(&ck);
+	}
+	return 0;
 }
 #endif /* ZT_PY_TASK_KEYS */
 

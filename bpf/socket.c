@@ -109,6 +109,8 @@
  * the same as at entry (the thread is still in the call), and the walk is compiled and
  * verified twice, not once per syscall. Reads are not keyed: what a task reads is not news
  * about which task it is (a server's request read runs in the loop's callback anyway). A
+ * Following (ZT_FOLLOW), each exec of a followed process is queued (zt_execs) so that user space
+ * reads the new interpreter at once. A
  * thread the walker did not find sets ZT_SOCK_F_PY_NO_THREAD (user space then tells it
  * where the process's thread states are); a chain longer than ZT_PY_TASK_DEPTH gives 0, counted
  * (ZT_STAT_PY_TOO_DEEP).
@@ -1443,6 +1445,20 @@ TRACEPOINT_PROBE(sched, sched_process_fork)
 	u32 child = args->child_pid;
 	u8 one = 1;
 	zt_follow.update(&child, &one);
+	return 0;
+}
+
+/* A followed process that execs is queued for user space, which reads its interpreter from
+ * /proc then, not when its first connection's events come out of a ring that may be seconds
+ * behind on a busy node ("Asyncio task keys"): a just-started server's first requests get task
+ * keys. Full: the newest is not queued (user space also learns a process from its events). */
+BPF_QUEUE(zt_execs, u32, 1024);
+TRACEPOINT_PROBE(sched, sched_process_exec)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (zt_follow.lookup(&tgid) == NULL)
+		return 0;
+	zt_execs.push(&tgid, 0);
 	return 0;
 }
 

@@ -9,12 +9,17 @@
   (redis.asyncio), PostgreSQL (asyncpg) and the upstream (httpx.AsyncClient, a streamed chat
   completion), one after the other, inside the request's own task, as an LLM gateway does;
   every request is served on the one event-loop thread;
-- 16 client threads sending N requests in all, keep-alive.
+- 16 client threads sending N requests in all, keep-alive, once WARM_UP requests (ids
+  ``w00000``...) have been answered one by one and WARM_UP_S has passed: zerotrace reads a
+  Python process's interpreter layout when it first sees the process on a connection (about
+  150 ms here), and its calls until then carry no task key (README, traces: "Not linked").
 
 The truth: the request id is in the upstream call's path and in the PostgreSQL statement (as a
 column alias), so those spans name their request; for Redis (whose arguments zerotrace masks)
-the gateway logs the epoch-ns interval of each call. Written to TRUTH.json by the gateway when it
-stops: {"gateway_pid", "requests": {id: {"redis": [s, e], "postgres": [s, e], "upstream": [s, e]}}}.
+the gateway logs the epoch-ns interval of each call and the local port of the pooled connection
+the call used (a pool hands a connection to one call at a time, so port and interval name one
+span). Written to TRUTH.json by the gateway when it stops: {"gateway_pid", "requests": {id:
+{"redis": [s, e], "redis_port": p, "postgres": [s, e], "upstream": [s, e]}}}.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 CONCURRENCY = 16
+WARM_UP = 4
+WARM_UP_S = 1.0
 
 
 def gateway(truth_path: str, port: int, upstream: int, redis_port: int, pg_port: int) -> None:
@@ -42,13 +49,22 @@ def gateway(truth_path: str, port: int, upstream: int, redis_port: int, pg_port:
     import uvicorn
     from fastapi import FastAPI
 
-    truth: dict[str, dict[str, list[int]]] = {}
+    truth: dict[str, dict[str, Any]] = {}
     clients: dict[str, Any] = {}
+    handed: dict[Any, Any] = {}  # task -> the Redis connection the pool last gave it
+
+    class LoggedPool(aioredis.ConnectionPool):
+        async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+            conn = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+            handed[asyncio.current_task()] = conn
+            return conn
+
     ready = asyncio.Lock()  # the first requests come together: one makes the clients
     app = FastAPI()
 
     async def connect() -> None:
-        clients["redis"] = aioredis.Redis(host="127.0.0.1", port=redis_port)
+        pool = LoggedPool(host="127.0.0.1", port=redis_port)
+        clients["redis"] = aioredis.Redis(connection_pool=pool)
         clients["pg"] = await asyncpg.create_pool(
             host="127.0.0.1", port=pg_port, user="postgres", min_size=4, max_size=16
         )
@@ -63,6 +79,8 @@ def gateway(truth_path: str, port: int, upstream: int, redis_port: int, pg_port:
         start = time.time_ns()
         await clients["redis"].get(f"k:{request_id}")
         facts["redis"] = [start, time.time_ns()]
+        used = handed.pop(asyncio.current_task())
+        facts["redis_port"] = used._writer.get_extra_info("sockname")[1]
         start = time.time_ns()
         async with clients["pg"].acquire() as conn:
             await conn.fetchval(f"SELECT $1::text AS {request_id}", request_id)
@@ -104,13 +122,17 @@ def main() -> int:
         _wait_for(int(port))
         local = threading.local()
 
-        def one(i: int) -> None:
+        def one(i: int, prefix: str = "r") -> None:
             conn = getattr(local, "conn", None)
             if conn is None:
                 conn = local.conn = http.client.HTTPConnection("127.0.0.1", int(port))
-            conn.request("GET", f"/work/r{i:05d}")
+            conn.request("GET", f"/work/{prefix}{i:05d}")
             body = conn.getresponse().read()
-            assert json.loads(body) == {"done": f"r{i:05d}"}, body
+            assert json.loads(body) == {"done": f"{prefix}{i:05d}"}, body
+
+        for i in range(WARM_UP):
+            one(i, "w")
+        time.sleep(WARM_UP_S)
 
         with ThreadPoolExecutor(CONCURRENCY) as pool:
             list(pool.map(one, range(int(total))))

@@ -12,14 +12,18 @@ waits for a line on stdin before the next:
    ``{"A": {"fd": .., "key": ..}, "B": {..}, "C": {"fd": ..}}``: each asyncio connection's
    fd and the task key the probe should report for its handler task, the address of the
    handler coroutine's own frame as this interpreter knows it (3.11+: PyFrameObject.f_frame,
-   the _PyInterpreterFrame inside the coroutine; 3.10: the PyFrameObject itself).
+   the _PyInterpreterFrame inside the coroutine; 3.10: the PyFrameObject itself); "main":
+   the key of the main task (``asyncio.run``'s).
 3. On "go": the two handler tasks write A_WRITES and B_WRITES messages, taking turns (each
    write in a nested coroutine, then a yield to the loop), each message also to an upstream
    connection of its own that the task opened (``--upstream PORT``: a gateway's outgoing call,
-   fd in step 2's line as "up"); the loop, outside any task, writes
-   CALLBACK_WRITES to A's connection from a call_soon callback; the plain thread writes
-   PLAIN_WRITES to its connection from inside a generator. ``{"done": true}`` when all are
-   written; then it waits for "bye" (a second "go" runs step 3 again first).
+   fd in step 2's line as "up"), by turns from the task itself, from a child task it awaits,
+   and from a grandchild (a child's child, gathered); then each writes POOL_WRITES to its
+   upstream from a worker thread (``asyncio.to_thread``). The main task schedules
+   CALLBACK_WRITES writes to A's connection as call_soon callbacks, which the loop runs
+   between task steps; the plain thread writes PLAIN_WRITES to its connection from inside a
+   generator. ``{"done": true}`` when all are written; then it waits for "bye" (a second "go"
+   runs step 3 again first).
 
 ``--tls CERT KEY``: every connection is TLS (asyncio's through a memory BIO, the thread's a
 blocking ssl socket), so the writes are SSL writes.
@@ -31,6 +35,7 @@ import argparse
 import asyncio
 import ctypes
 import json
+import os
 import socket
 import ssl
 import sys
@@ -38,7 +43,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-A_WRITES, B_WRITES, CALLBACK_WRITES, PLAIN_WRITES = 7, 11, 3, 5
+A_WRITES, B_WRITES, CALLBACK_WRITES, PLAIN_WRITES, POOL_WRITES = 7, 11, 3, 5, 2
 
 LEGACY = sys.version_info < (3, 11)
 
@@ -58,6 +63,20 @@ def frame_key() -> int:
 async def write_one(writer: asyncio.StreamWriter, payload: bytes) -> None:
     writer.write(payload)  # asyncio sends at once on an idle socket: the syscall is here
     await writer.drain()
+
+
+async def write_upstream(up: asyncio.StreamWriter, payload: bytes, i: int) -> None:
+    """The i-th upstream write, by turns from the calling task, a child task, a grandchild."""
+    if i % 3 == 0:
+        await write_one(up, payload)
+    elif i % 3 == 1:
+        await asyncio.create_task(write_one(up, payload))
+    else:
+
+        async def child() -> None:
+            await asyncio.create_task(write_one(up, payload))
+
+        await asyncio.gather(child())
 
 
 class Server:
@@ -84,8 +103,10 @@ class Server:
             await self.go.wait()
             for i in range(count):
                 await write_one(writer, f"{name}-task-{i:02d};".encode())
-                await write_one(up, f"{name}-up-{i:02d};".encode())
+                await write_upstream(up, f"{name}-up-{i:02d};".encode(), i)
                 await asyncio.sleep(0)  # the other task writes next
+            for i in range(POOL_WRITES):  # the socket is idle: drained above
+                await asyncio.to_thread(os.write, up_fd, f"{name}-pool-{i:02d};".encode())
             self.turn += 1
             while self.go.is_set():
                 await asyncio.sleep(0.01)
@@ -123,6 +144,7 @@ async def main(threads: int, tls: ssl.SSLContext | None, upstream: int) -> None:
         conn = await loop.run_in_executor(None, lambda: tls.wrap_socket(conn, server_side=True))
     await server.ready.wait()
     server.conns["C"] = {"fd": conn.fileno()}
+    server.conns["main"] = {"key": frame_key()}
     say(server.conns)
     plain_go, plain_done = threading.Event(), threading.Event()
     threading.Thread(target=plain_writer, args=(conn, plain_go, plain_done), daemon=True).start()

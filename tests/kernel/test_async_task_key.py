@@ -32,7 +32,13 @@ from typing import Any
 import pytest
 
 from tests.ebpf_required import require_ebpf
-from tests.harness.async_task_server import A_WRITES, B_WRITES, CALLBACK_WRITES, PLAIN_WRITES
+from tests.harness.async_task_server import (
+    A_WRITES,
+    B_WRITES,
+    CALLBACK_WRITES,
+    PLAIN_WRITES,
+    POOL_WRITES,
+)
 from tests.harness.certificates import Certificates, make_certificates
 from tests.harness.services import reap
 from zerotrace_collector.probes.event_layout import F_PY_NO_THREAD, Direction, Source
@@ -156,7 +162,7 @@ class Run:
         before = len(self.seen)
         self.tell("go")
         assert self.line() == {"done": True}
-        want = 2 * (A_WRITES + B_WRITES) + CALLBACK_WRITES + PLAIN_WRITES
+        want = 2 * (A_WRITES + B_WRITES + POOL_WRITES) + CALLBACK_WRITES + PLAIN_WRITES
         deadline = time.monotonic() + 20
         while len(self.seen) - before < want:
             if time.monotonic() > deadline:
@@ -210,10 +216,18 @@ def test_each_task_writes_under_its_own_key(probe: SocketProbe, version: str) ->
     # Exactly the writes made, each with the key of the task that made it.
     assert keyed(a, b"A-task-") == [key_a] * A_WRITES
     assert keyed(b, b"B-task-") == [key_b] * B_WRITES
-    # Each task's outgoing calls on its upstream connection: the key of its response writes.
+    # Each task's outgoing calls on its upstream connection, whether it made them itself or
+    # a child or grandchild task did (python_stack.h "Tasks made by tasks"), or a worker
+    # thread it handed them to: the key of its response writes.
     assert keyed(run.writes("A", "up"), b"A-up-") == [key_a] * A_WRITES
     assert keyed(run.writes("B", "up"), b"B-up-") == [key_b] * B_WRITES
-    assert keyed(a, b"A-callback-") == [0] * CALLBACK_WRITES  # the loop, between task steps
+    assert keyed(run.writes("A", "up"), b"A-pool-") == [key_a] * POOL_WRITES
+    assert keyed(run.writes("B", "up"), b"B-pool-") == [key_b] * POOL_WRITES
+    # The callbacks the main task scheduled run between task steps in a copy of its context:
+    # its key, not A's (whose connection they write to) nor none.
+    key_main = run.conns["main"]["key"]
+    assert key_main not in (0, key_a, key_b)
+    assert keyed(a, b"A-callback-") == [key_main] * CALLBACK_WRITES
     assert keyed(plain, b"C-plain-") == [0] * PLAIN_WRITES  # a thread in a plain generator
     assert (len(a), len(b), len(plain)) == (A_WRITES + CALLBACK_WRITES, B_WRITES, PLAIN_WRITES)
     assert not [s for s in run.seen if s.flags & F_PY_NO_THREAD]
@@ -275,7 +289,8 @@ def test_ssl_writes_carry_the_key_of_the_task_that_made_them(tmp_path: Path) -> 
     assert keyed(plain_up, b"B-up-") == [key_b] * B_WRITES
     assert keyed(plaintext, b"A-task-") == [key_a] * A_WRITES
     assert keyed(plaintext, b"B-task-") == [key_b] * B_WRITES
-    assert keyed(plaintext, b"A-callback-") == [0] * CALLBACK_WRITES
+    assert keyed(plain_up, b"A-pool-") == [key_a] * POOL_WRITES
+    assert keyed(plaintext, b"A-callback-") == [run.conns["main"]["key"]] * CALLBACK_WRITES
     assert keyed(plaintext, b"C-plain-") == [0] * PLAIN_WRITES
 
 

@@ -7,7 +7,12 @@ Measured: the share of spans linked to their true parent, put together as the qu
 does (zerotrace_query/trace_trees.py) from the links written to the store: the service's calls
 to Redis and to the upstream are children of the request they served (same thread), the
 upstream's server span is the child of the service's client span (TCP sequence numbers), and
-the service's server span the child of the client's (the same). Target >= 95 % each."""
+the service's server span the child of the client's (the same). Target >= 95 % each.
+
+The same for an asyncio gateway (FastAPI on uvicorn: one event-loop thread serves every
+request, whose calls to Redis, PostgreSQL and an upstream run in the request's task or in tasks
+it makes; rule same_task, bpf/python_stack.h "Tasks made by tasks"), and for client and
+server spans of two network namespaces standing for two hosts (TCP sequence numbers)."""
 
 from __future__ import annotations
 
@@ -209,10 +214,21 @@ def test_an_asyncio_gateway_s_calls_are_never_linked_to_another_request(
     }
     score = dict.fromkeys(calls, 0)
     wrong = []
-    for request_id, facts in truth["requests"].items():
-        parent = served.get(request_id)
-        if parent is None:
-            continue
+    measured = {k: v for k, v in truth["requests"].items() if k.startswith("r")}  # no warm-up
+    assert len(measured) == REQUESTS
+    # Calls carry task keys once zerotrace has read the gateway's interpreter, which it does
+    # when it first sees the process on a connection (README, traces: "Not linked"); the
+    # harness warms the gateway up first, but a collector running behind (CI) may read it
+    # later. The share is of the requests served from the first one whose response carries a
+    # key; most must be.
+    keyed = [s["start_ns"] for s in served.values() if names.ATTR_ASYNC_TASK in s["attributes"]]
+    assert keyed, "no response of the gateway carries a task key"
+    known = {
+        k: v for k, v in measured.items() if k in served and served[k]["start_ns"] >= min(keyed)
+    }
+    assert len(known) >= REQUESTS // 2, f"the gateway was known for {len(known)} requests only"
+    for request_id, facts in known.items():
+        parent = served[request_id]
         for what in ("postgres", "upstream"):  # these spans name their request
             named = [
                 s
@@ -220,24 +236,36 @@ def test_an_asyncio_gateway_s_calls_are_never_linked_to_another_request(
                 if request_id in s["name"]
                 or request_id in s["attributes"].get(names.ATTR_DB_QUERY_TEXT, "")
             ]
-            for s in named:
-                if s.get("parent_span_id") == parent["span_id"]:
-                    score[what] += 1
-                elif s.get("parent_span_id"):
-                    wrong.append((what, request_id, s["parent_span_id"]))
-        # Redis: the call that started nearest the gateway's log (informative only: 16 calls
-        # start within microseconds of each other).
+            if named and all(s.get("parent_span_id") == parent["span_id"] for s in named):
+                score[what] += 1
+            wrong += [
+                (what, request_id, s["parent_span_id"])
+                for s in named
+                if s.get("parent_span_id") not in (None, "", parent["span_id"])
+            ]
+        # Redis: the call on the pooled connection the gateway logged, inside its interval.
         start, end = facts["redis"]
-        inside = [s for s in calls["redis"] if start - 1_000_000 <= s["start_ns"] <= end]
-        mine = min(inside, key=lambda s: abs(s["start_ns"] - start), default=None)
-        if mine is not None and mine.get("parent_span_id") == parent["span_id"]:
+        port = str(facts["redis_port"])
+        mine = [
+            s
+            for s in calls["redis"]
+            if str(s["attributes"].get(names.ATTR_CLIENT_PORT)) == port
+            and start - 1_000_000 <= s["start_ns"] <= end
+        ]
+        if mine and all(s.get("parent_span_id") == parent["span_id"] for s in mine):
             score["redis"] += 1
-    shares = {k: v / REQUESTS for k, v in score.items()}
+        wrong += [
+            ("redis", request_id, s["parent_span_id"])
+            for s in mine
+            if s.get("parent_span_id") not in (None, "", parent["span_id"])
+        ]
+    shares = {k: v / len(known) for k, v in score.items()}
     rules = sorted({e["rule"] for e in edges})
-    print(f"asyncio gateway: linked to the true parent {shares}; rules {rules}; wrong {wrong[:5]}")
-    assert len(truth["requests"]) == REQUESTS
+    print(
+        f"asyncio gateway: of {len(known)}/{REQUESTS} requests served once known, linked to"
+        f" the true parent {shares}; rules {rules}; wrong {wrong[:5]}"
+    )
     # One event-loop thread serves every request: the same-thread rule must not guess. Each
     # call is linked to its own request or to none; none is linked to another request.
     assert not wrong
-    # Not yet: every call linked (>= 95 %) needs the asyncio task at each write (rule
-    # same_task); the socket probe's task key is in progress (README, traces: Not yet).
+    assert all(share >= TARGET for share in shares.values()), shares

@@ -13,6 +13,7 @@ push a frame and move tstate's current frame away from the one being checked.
 is the int f_lasti (code units), co_name stands for co_qualname, and there is no owner byte.
 """
 
+import contextvars
 import ctypes
 import inspect
 import json
@@ -62,6 +63,9 @@ LEGACY = sys.version_info < (3, 11)
 # The value the walker matches a thread by.
 thread_key = threading.get_ident() if LEGACY else threading.get_native_id()
 out["tstate_native_tid"] = find(tstate, thread_key, 512)
+# PyThreadState.context: the context a Context.run() entered.
+entered = contextvars.Context()
+out["tstate_context"] = entered.run(lambda: find(api.PyThreadState_Get(), id(entered), 512))
 stop = threading.Event()
 other = threading.Thread(target=stop.wait)
 other.start()

@@ -84,18 +84,20 @@ def test_start_time_survives_odd_comm() -> None:
 def test_pack_matches_the_c_struct() -> None:
     walker = LAYOUTS[(3, 13)].walker
     packed = walker.pack(0x1122334455667788, (0x400004, 4026532000))
-    assert len(packed) == 8 + 20 * 4 + 16  # struct zt_py_offsets: no padding
-    fields = struct.unpack("<Q20I2Q", packed)
+    assert len(packed) == 8 + 22 * 4 + 16  # struct zt_py_offsets: no padding
+    fields = struct.unpack("<Q22I2Q", packed)
     assert fields[0] == 0x1122334455667788
     assert fields[5] == walker.tstate_frame and fields[6] == NO_CFRAME
     assert fields[-2:] == (0x400004, 4026532000)
     # zt_python_task: the window (previous at 8, the owner byte 70 in the word at 64: its 7th
     # byte), the owner value of a generator's frame, co_flags
-    assert fields[-11] == TID_NATIVE
-    assert fields[-10:-2] == (8, 64, 0, 56, 8, 56, OWNED_BY_GENERATOR, 48)
-    legacy = struct.unpack("<Q20I2Q", LAYOUTS[(3, 10)].walker.pack(1))
+    assert fields[-13] == TID_NATIVE
+    assert fields[-12:-4] == (8, 64, 0, 56, 8, 56, OWNED_BY_GENERATOR, 48)
+    assert fields[-4:-2] == (208, 0)  # PyThreadState.context, then the reserved word
+    legacy = struct.unpack("<Q22I2Q", LAYOUTS[(3, 10)].walker.pack(1))
     # f_back at 24, f_gen (the whole word) at 88: set in a generator's frame
-    assert legacy[-11] == TID_PTHREAD and legacy[-10:-2] == (24, 72, 0, 64, 0, 0, 0, 36)
+    assert legacy[-13] == TID_PTHREAD and legacy[-12:-4] == (24, 72, 0, 64, 0, 0, 0, 36)
+    assert legacy[-4] == 240
 
 
 @pytest.mark.parametrize("version", sorted(LAYOUTS))
@@ -161,6 +163,7 @@ def test_layout_table_matches_the_live_interpreter(python: str) -> None:
     assert w.interp_threads_head in seen["interp_threads_head"]
     assert w.tstate_next in seen["tstate_next"]
     assert w.tstate_native_tid in seen["tstate_native_tid"]
+    assert w.tstate_context in seen["tstate_context"]
     if w.cframe_current == NO_CFRAME:
         assert w.tstate_frame in seen["tstate_frame_direct"]
     else:

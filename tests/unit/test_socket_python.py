@@ -133,6 +133,40 @@ def test_a_process_not_python_is_inspected_again_sooner_first_then_ever_later() 
     assert w.procs.saw(10) is not None and w.told == [10]
 
 
+def test_an_exec_reported_by_the_probe_is_looked_at_until_python_or_too_old() -> None:
+    """A followed process that exec'd (the probe's exec queue): its old image is forgotten at
+    once, even when it was Python and fresh; it is looked at on every watch() at saw()'s
+    pace, with no event of its own, until libpython is mapped; one that never becomes Python
+    is let go after young_s."""
+    w = World()
+    w.identity[10], w.pythons = (1, 100, "/usr/bin/python3.11"), {10}
+    w.procs.saw(10)  # the fork: the parent's image
+    w.identity[10], w.pythons = (1, 200, "/opt/venv/bin/python"), set()  # exec'd, no lib yet
+    w.now = 0.0625
+    w.procs.started(10)
+    assert w.forgotten == [10] and 10 not in w.procs.known
+    w.now = 0.125
+    w.procs.watch()
+    assert 10 not in w.procs.known
+    w.pythons = {10}  # the dynamic loader mapped libpython
+    w.now = 0.25
+    w.procs.watch()
+    assert 10 in w.procs.known and w.told == [10, 10]
+    inspections = w.inspections
+    w.now = 10.0
+    w.procs.watch()  # done with: no more looks
+    assert w.inspections == inspections
+    w.identity[11] = (1, 300, "/bin/sh")
+    w.procs.started(11)
+    for step in range(1, 100):
+        w.now = 10.0 + step / 8
+        w.procs.watch()
+    reads = w.identity_reads
+    w.now = 40.0
+    w.procs.watch()
+    assert w.identity_reads == reads and 11 not in w.procs.known  # let go after young_s
+
+
 def test_gone_processes_are_dropped_at_sight_or_by_the_sweep() -> None:
     w = World()
     w.identity = {10: (1, 100, "/usr/bin/python3.11"), 11: (1, 100, "/usr/bin/python3.11")}

@@ -83,6 +83,9 @@ class PyOffsets:
     gen_size: int = 1
     gen_value: int = OWNED_BY_GENERATOR
     code_flags: int = CODE_FLAGS
+    # PyThreadState.context, the entered contextvars.Context (python_stack.h "Tasks made by
+    # tasks"); 0: not known, the task key is the thread's own coroutine frame only.
+    tstate_context: int = 0
 
     def task_window(self) -> tuple[int, int, int, int, int, int]:
         """What zt_python_task reads of a frame, as packed: (window start, size, offset of
@@ -104,7 +107,7 @@ class PyOffsets:
         """*pidns*: (kernel dev_t, inode) of the process's pid namespace, (0, 0) for the
         initial one."""
         return struct.pack(
-            "<Q20I2Q",
+            "<Q22I2Q",
             runtime_addr,
             self.runtime_interp_head,
             self.interp_threads_head,
@@ -121,6 +124,8 @@ class PyOffsets:
             *self.task_window(),
             self.gen_value,
             self.code_flags,
+            self.tstate_context,
+            0,  # reserved
             *pidns,
         )
 
@@ -179,19 +184,20 @@ LAYOUTS: Final[dict[tuple[int, int], Layout]] = {
             gen_size=8,
             gen_value=0,
             code_flags=36,
+            tstate_context=240,
         ),
         CodeLayout(104, 112, 120, 40, 0, 48, 72, lasti_index=True),
     ),
     (3, 11): Layout(
-        PyOffsets(40, 16, 8, 160, 56, 8, 32, 48, 56, 69, NO_SHIM),
+        PyOffsets(40, 16, 8, 160, 56, 8, 32, 48, 56, 69, NO_SHIM, tstate_context=224),
         CodeLayout(112, 128, 136, 72, 184, 48, 72),
     ),
     (3, 12): Layout(
-        PyOffsets(40, 72, 8, 144, 56, 0, 0, 8, 56, 70, 3),
+        PyOffsets(40, 72, 8, 144, 56, 0, 0, 8, 56, 70, 3, tstate_context=208),
         CodeLayout(112, 128, 136, 68, 192, 40, 56),
     ),
     (3, 13): Layout(
-        PyOffsets(632, 7344, 8, 160, 72, NO_CFRAME, 0, 8, 56, 70, 3),
+        PyOffsets(632, 7344, 8, 160, 72, NO_CFRAME, 0, 8, 56, 70, 3, tstate_context=208),
         CodeLayout(112, 128, 136, 68, 200, 40, 56),
     ),
 }
@@ -230,7 +236,9 @@ def layout_from_debug_offsets(raw: bytes) -> Layout | None:
         frame_instr=at(248),
         frame_owner=at(264),
         owner_shim=3,  # FRAME_OWNED_BY_CSTACK
-        # gen_*, code_flags: not in the table; the defaults hold (the owner byte, co_flags 48)
+        # gen_*, code_flags: not in the table; the defaults hold (the owner byte, co_flags 48);
+        # nor is PyThreadState.context: the fixed table's
+        tstate_context=LAYOUTS[(3, 13)].walker.tstate_context,
     )
     strings = LAYOUTS[(3, 13)].code  # the str layout is not in 3.13's table
     code = CodeLayout(

@@ -39,12 +39,14 @@ from typing import Any, Final
 from ..cgroup import Cgroup2, in_cgroup2
 from ..errors import MalformedEvent, ProbeUnavailable
 from ..proc_net import UNKNOWN, Endpoints, ProcNet
+from ..python_procs import PythonProcess
 from . import socket_table
 from .bcc_loader import (
     AttachedProbe,
     annotated,
     bcc_for,
     compile_program,
+    first_line,
     read_program,
     release,
     tell_python_walker,
@@ -100,6 +102,11 @@ RESUME_AFTER_S: Final = 10.0
 FLOW_MAP: Final = b"zt_socket_flow"
 PY_PROCS_MAP: Final = b"zt_py_procs"
 PY_TSTATES_MAP: Final = b"zt_py_tstates"
+# python_stack.h "Tasks made by tasks": the uretprobe that gives a context the key of the task
+# that copied it, on the interpreter module (executable or libpython) of each CPython found.
+EXECS_QUEUE: Final = b"zt_execs"
+CONTEXT_COPY_SYMBOL: Final = b"PyContext_CopyCurrent"
+CONTEXT_COPY_FN: Final = b"zt_py_context_copied"
 
 _SYSCALLS: Final = (
     "read",
@@ -142,6 +149,21 @@ def _forget_python(bpf: Any, pid: int) -> None:
     table = bpf[PY_PROCS_MAP]
     with contextlib.suppress(KeyError):
         del table[table.Key(pid)]
+
+
+def _follow_contexts(bpf: Any, module: str, pid: int) -> str | None:
+    """Attach the context-copy uretprobe to *module* (pid -1: every process mapping it); None
+    when attached, else one line saying what is lost."""
+    try:
+        bpf.attach_uretprobe(
+            name=module.encode(), sym=CONTEXT_COPY_SYMBOL, fn_name=CONTEXT_COPY_FN, pid=pid
+        )
+    except Exception as exc:
+        return (
+            f"uretprobe on {CONTEXT_COPY_SYMBOL.decode()} in {module} failed "
+            f"({first_line(exc, 120)}): asyncio tasks made by tasks carry their own keys"
+        )
+    return None
 
 
 def _thread_self_cflags() -> tuple[list[str], str | None]:
@@ -345,14 +367,23 @@ class SocketProbe(AttachedProbe):
             release(bpf)
             raise ProbeUnavailable(f"opening {EVENTS_MAP.decode()} failed: {exc}") from exc
         self._bpf = bpf
+        self._context_modules: set[str] = set()
         self.python = PythonProcesses(
-            lambda proc: tell_python_walker(bpf[PY_PROCS_MAP], proc),
+            lambda proc: self._tell_python(bpf, proc),
             lambda pid: _forget_python(bpf, pid),
             lambda states: tell_thread_states(bpf[PY_TSTATES_MAP], states),
         )
         self.tls_active = self._tls_enabled() and self._attach_tls(bpf)
         if self.seed_from_proc:
             self._seed()
+
+    def _tell_python(self, bpf: Any, proc: PythonProcess) -> None:
+        tell_python_walker(bpf[PY_PROCS_MAP], proc)
+        if proc.module not in self._context_modules:
+            self._context_modules.add(proc.module)  # tried once, whatever comes of it
+            failed = _follow_contexts(bpf, proc.module, self.pid_filter or -1)
+            if failed is not None:
+                self.notes.append(failed)
 
     def _attach_tls(self, bpf: Any) -> bool:
         assert self.libssl is not None
@@ -485,6 +516,8 @@ class SocketProbe(AttachedProbe):
             self._corrupt_seen = ring.corrupt
         out, self._pending = self._pending, []
         if self.python is not None:
+            if self.follow:
+                self._take_execs(self.python)
             for pid in {s.pid for s in out}:
                 self.python.saw(pid)
         now = time.monotonic()
@@ -494,6 +527,17 @@ class SocketProbe(AttachedProbe):
             self._last_sweep = now
             out += self.sweep()
         return out
+
+    def _take_execs(self, python: PythonProcesses) -> None:
+        """The followed processes that exec'd since the last poll (bpf/socket.c zt_execs)."""
+        queue = self._bpf[EXECS_QUEUE]
+        while True:
+            try:
+                pid = queue.pop().value
+            except KeyError:  # empty
+                break
+            python.started(pid)
+        python.watch()
 
     def _keep(self, sample: SocketSample) -> bool:
         if isinstance(sample, SocketDataSample):

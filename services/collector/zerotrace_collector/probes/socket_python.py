@@ -16,10 +16,16 @@ only after the exec (the dynamic loader's work), so a process looked at right af
 is not CPython yet; and some programs load libpython late. The sweep drops processes that
 exited or changed.
 
-Limits: a process is told to the walker only once user space has seen it, a poll after its
-first connection event at the latest, so the first calls of a just-started Python process may
-carry no key. Threads past the walker's reach (ZT_PY_MAX_THREADS, the newest first) are found
-through :class:`~zerotrace_collector.python_threads.ThreadStateRefill` when calls say so
+A followed process that execs is reported by the probe (``started``) and looked at from then
+on at every ``watch`` (the pace above) until it is CPython or YOUNG_S has passed, so a server
+started under ``zerotrace run`` is known before its first request even when the probe's ring
+is seconds behind.
+
+Limits: any other process is told to the walker only once user space has seen it, a poll after
+its first connection event at the latest, so the first calls of a just-started Python process
+that is not followed may carry no key. Threads past the walker's reach (ZT_PY_MAX_THREADS, the
+newest first) are found through
+:class:`~zerotrace_collector.python_threads.ThreadStateRefill` when calls say so
 (``F_PY_NO_THREAD``).
 
 Pure over injected readers (`identity`, `inspect`); the probe passes the map writers.
@@ -44,6 +50,7 @@ Identity = tuple[int, int, str]
 EXEC_CHECK_S: Final = 1.0
 FIRST_RECHECK_S: Final = 0.1
 RECHECK_S: Final = 30.0
+YOUNG_S: Final = 5.0
 
 
 def parse_identity(stat_text: str, exe: str) -> Identity:
@@ -99,6 +106,7 @@ class PythonProcesses:
         first_recheck_s: float = FIRST_RECHECK_S,
         recheck_s: float = RECHECK_S,
         thread_walk_s: float = 2.0,
+        young_s: float = YOUNG_S,
         identity: Callable[[int, str], Identity | None] = identity_of,
         inspect_pid: Callable[[int, str], PythonProcess | None] = inspect,
         read_states: Callable[[PythonProcess, str], dict[int, int]] = read_thread_states,
@@ -113,6 +121,8 @@ class PythonProcesses:
         self._identity = identity
         self._inspect = inspect_pid
         self._seen: dict[int, _Seen] = {}
+        self._young_s = young_s
+        self._young: dict[int, float] = {}  # pid -> until when watch() looks at it
         self._threads = ThreadStateRefill(
             tell_states, every_s=thread_walk_s, clock=clock, proc=proc, read=read_states
         )
@@ -152,6 +162,21 @@ class PythonProcesses:
         if found is not None:
             self._tell(found)
         return found
+
+    def started(self, pid: int) -> None:
+        """*pid* has just exec'd: what was known of its old image goes, and it is looked at
+        now and at every :meth:`watch` until it is CPython or young_s has passed."""
+        self._drop(pid)
+        self._young[pid] = self._clock() + self._young_s
+        self.saw(pid)
+
+    def watch(self) -> None:
+        """Look again at the processes that exec'd lately, at saw()'s pace: a shared-library
+        build maps libpython only after the exec, by the dynamic loader."""
+        now = self._clock()
+        for pid, until in list(self._young.items()):
+            if self.saw(pid) is not None or now > until:
+                del self._young[pid]
 
     def no_thread(self, pid: int) -> None:
         """A call of *pid* found no thread state: tell the walker where they all are (at most
