@@ -670,6 +670,40 @@ static __always_inline int zt_sk_of_fd(s32 fd, u64 *sk)
 	       zt_read_ptr(sk, sock, ZT_OFF_SOCKET_SK);
 }
 
+/* A connection's two addresses into a conn event (struct zt_sock_conn_event: local, peer), as
+ * struct sockaddr_in / sockaddr_in6 from the sock_common of the socket at fd; both stay zeroed
+ * (family 0) where the kernel lacks the offsets or a read fails. */
+#if defined(ZT_OFF_TCP_WRITE_SEQ) && defined(ZT_OFF_SKC_DADDR)
+#define ZT_AF_INET  2
+#define ZT_AF_INET6 10
+static __always_inline void zt_sock_addrs(s32 fd, u8 *local, u8 *peer)
+{
+	u64 sk = 0;
+	u16 family = 0, lport = 0, rport_be = 0;
+	if (!zt_sk_of_fd(fd, &sk) ||
+	    bpf_probe_read_kernel(&family, sizeof(family), (void *)(sk + ZT_OFF_SKC_FAMILY)) ||
+	    bpf_probe_read_kernel(&lport, sizeof(lport), (void *)(sk + ZT_OFF_SKC_NUM)) ||
+	    bpf_probe_read_kernel(&rport_be, sizeof(rport_be), (void *)(sk + ZT_OFF_SKC_DPORT)))
+		return;
+	if (family == ZT_AF_INET) {
+		if (bpf_probe_read_kernel(local + 4, 4, (void *)(sk + ZT_OFF_SKC_RCV_SADDR)) ||
+		    bpf_probe_read_kernel(peer + 4, 4, (void *)(sk + ZT_OFF_SKC_DADDR)))
+			return;
+	} else if (family == ZT_AF_INET6) {
+		if (bpf_probe_read_kernel(local + 8, 16, (void *)(sk + ZT_OFF_SKC_V6_RCV_SADDR)) ||
+		    bpf_probe_read_kernel(peer + 8, 16, (void *)(sk + ZT_OFF_SKC_V6_DADDR)))
+			return;
+	} else {
+		return;
+	}
+	local[2] = lport >> 8; /* network order, as in a sockaddr */
+	local[3] = lport & 0xff;
+	__builtin_memcpy(peer + 2, &rport_be, 2);
+	local[0] = peer[0] = family & 0xff; /* the family last: set only when all was read */
+	local[1] = peer[1] = family >> 8;
+}
+#endif
+
 #if defined(ZT_FILTER_PORTS) && defined(ZT_OFF_SKC_NUM)
 /* --port in the kernel: whether the socket at fd has a wanted port, local or remote (read from
  * its sock_common once, when connect or accept returns: both are set by then, the local one
@@ -727,6 +761,13 @@ static __always_inline int zt_tcp_seq(s32 fd, u8 direction, u64 conn_start_ns, u
 static __always_inline int zt_ports_wanted(s32 fd)
 {
 	return 1; /* no port filter, or no offsets: user space filters by /proc */
+}
+#endif
+
+#if !(defined(ZT_OFF_TCP_WRITE_SEQ) && defined(ZT_OFF_SKC_DADDR))
+static __always_inline void zt_sock_addrs(s32 fd, u8 *local, u8 *peer)
+{
+	/* no offsets: user space reads the addresses from /proc */
 }
 #endif
 
@@ -1022,6 +1063,10 @@ static __always_inline void zt_emit_conn(u32 tgid, u32 tid, struct zt_sys_call *
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
 	__builtin_memcpy(ev->addr, st->addr, sizeof(ev->addr));
 	__builtin_memset(ev->_pad2, 0, sizeof(ev->_pad2));
+	__builtin_memset(ev->local, 0, sizeof(ev->local));
+	__builtin_memset(ev->peer, 0, sizeof(ev->peer));
+	if (!st->dgram && (kind == ZT_CONN_CONNECT || kind == ZT_CONN_ACCEPT))
+		zt_sock_addrs(ev->fd, ev->local, ev->peer);
 	zt_socket_events.ringbuf_submit(ev, zt_wakeup_flag(sizeof(*ev)));
 }
 
@@ -1227,6 +1272,7 @@ static __always_inline void zt_connecting_exit(u32 tgid, u32 tid, struct zt_sys_
 	e->ev.dgram = 0;
 	bpf_get_current_comm(e->ev.comm, sizeof(e->ev.comm));
 	__builtin_memcpy(e->ev.addr, st->addr, sizeof(e->ev.addr));
+	zt_sock_addrs(st->fd, e->ev.local, e->ev.peer);
 	if (__sync_fetch_and_add(&e->done, 1) == 1)
 		zt_connecting_send(sk, e); /* established already (loopback) */
 }

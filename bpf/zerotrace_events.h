@@ -240,9 +240,15 @@ struct zt_sock_conn_event {
 	char comm[ZT_COMM_LEN];
 	u8 addr[28];
 	u8 _pad2[4];
+	/* TCP connect, its ESTABLISHED, accept: the socket's own address and its peer's as
+	 * struct sockaddr_in / sockaddr_in6, read from its sock_common when the call returned
+	 * (connect's autobind has set the local one by then); family 0 when not read. User space
+	 * then needs no /proc to name a connection that closes before it looks. */
+	u8 local[28];
+	u8 peer[28];
 };
 
-_Static_assert(sizeof(struct zt_sock_conn_event) == 112,
+_Static_assert(sizeof(struct zt_sock_conn_event) == 168,
 	       "zt_sock_conn_event layout changed: update socket_decode.py");
 
 #endif /* ZEROTRACE_EVENTS_H */

@@ -315,6 +315,45 @@ def test_a_process_that_exits_without_closing_gets_a_close_from_the_sweep(
     assert [c for c in probe.sweep() if c.pid == child.pid] == []  # dropped: said once
 
 
+def test_a_connection_gone_before_the_probe_looks_is_named_by_the_kernel(
+    probe: SocketProbe,
+) -> None:
+    """A client that connects, sends, reads, closes and exits before the probe reads a single
+    event (a short-lived client on a busy node), and its server likewise: the kernel read both
+    ends when connect() and accept() returned (socket.c zt_sock_addrs), so both sides' samples
+    are named in full with nothing left in /proc to read."""
+    server = _popen(
+        "import socket\n"
+        "srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen()\n"
+        "print(srv.getsockname()[1], flush=True)\n"
+        "conn, _ = srv.accept(); conn.recv(100); conn.sendall(b'bye'); conn.close()\n"
+    )
+    with server:
+        port = int(_line(server))
+        client = _popen(
+            "import socket\n"
+            f"c = socket.create_connection(('127.0.0.1', {port}))\n"
+            "c.sendall(b'hello'); c.recv(100); print(c.getsockname()[1], flush=True)\n"
+        )
+        with client:
+            client_port = int(_line(client))
+            assert client.wait(10) == 0 and server.wait(10) == 0
+    samples = _poll_until(
+        probe,
+        lambda got: (
+            {s.pid for s in got if isinstance(s, SocketDataSample)} >= {client.pid, server.pid}
+        ),
+    )
+    sides = {client.pid: ("127.0.0.1", client_port, "127.0.0.1", port)}
+    sides[server.pid] = ("127.0.0.1", port, "127.0.0.1", client_port)
+    for pid, want in sides.items():
+        mine = [s for s in samples if s.pid == pid and isinstance(s, SocketDataSample)]
+        assert mine, pid
+        for sample in mine:
+            got = probe.endpoints(sample)
+            assert (got.local_addr, got.local_port, got.remote_addr, got.remote_port) == want
+
+
 def test_port_filter_drops_other_connections() -> None:
     server = _popen(SERVER)
     client = None

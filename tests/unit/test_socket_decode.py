@@ -66,14 +66,21 @@ def data_event(
 
 
 def conn_event(
-    *, kind: int = 1, ret: int = -115, addr: bytes = b"", tag: int = 3, dgram: int = 0
+    *,
+    kind: int = 1,
+    ret: int = -115,
+    addr: bytes = b"",
+    tag: int = 3,
+    dgram: int = 0,
+    local: bytes = b"",
+    peer: bytes = b"",
 ) -> bytes:
     out = b"".join(
         [u(tag, 4), u(11, 4), u(12, 4), u(4, 4, True), u(99, 8), u(10, 8), u(30, 8),
          u(ret, 8, True), u(10, 8), u(kind, 4), u(2, 2), u(dgram, 2), b"curl".ljust(16, b"\0"),
-         addr.ljust(28, b"\0"), b"\0" * 4]
+         addr.ljust(28, b"\0"), b"\0" * 4, local.ljust(28, b"\0"), peer.ljust(28, b"\0")]
     )  # fmt: skip
-    assert len(out) == 112
+    assert len(out) == 168
     return out
 
 
@@ -81,8 +88,12 @@ def sockaddr_in(ip: str, port: int) -> bytes:
     return u(2, 2) + port.to_bytes(2, "big") + socket.inet_aton(ip) + b"\0" * 8
 
 
+def sockaddr_in6(ip: str, port: int) -> bytes:
+    return u(10, 2) + port.to_bytes(2, "big") + b"\0" * 4 + socket.inet_pton(socket.AF_INET6, ip)
+
+
 def test_sizes_match_the_header() -> None:
-    assert (DATA_HEADER_SIZE, CONN_EVENT_SIZE) == (96, 112)
+    assert (DATA_HEADER_SIZE, CONN_EVENT_SIZE) == (96, 168)
 
 
 def test_tcp_seq_only_with_its_flag() -> None:
@@ -168,6 +179,23 @@ def test_established_carries_its_connects_address_and_times() -> None:
     assert c.kind is ConnKind.ESTABLISHED and c.ret == -115
     assert c.remote == ("10.1.2.3", 8000)
     assert (c.start_mono_ns, c.end_mono_ns) == (10, 30)
+
+
+def test_the_kernel_s_addresses_of_both_ends() -> None:
+    """socket.c zt_sock_addrs: the socket's own and its peer's address at connect or accept;
+    IPv4 in IPv6 as plain IPv4 (as /proc is read); zeroed (not read) is None."""
+    c = decode_conn(
+        conn_event(kind=2, ret=7, local=sockaddr_in("10.0.0.1", 8000),
+                   peer=sockaddr_in("10.0.0.2", 51234))
+    )  # fmt: skip
+    assert (c.local_end, c.peer_end) == (("10.0.0.1", 8000), ("10.0.0.2", 51234))
+    six = decode_conn(
+        conn_event(local=sockaddr_in6("::ffff:127.0.0.1", 40000),
+                   peer=sockaddr_in6("fe80::1", 443))
+    )  # fmt: skip
+    assert (six.local_end, six.peer_end) == (("127.0.0.1", 40000), ("fe80::1", 443))
+    bare = decode_conn(conn_event())
+    assert (bare.local_end, bare.peer_end) == (None, None)
 
 
 def test_a_udp_socket_is_marked_dgram() -> None:

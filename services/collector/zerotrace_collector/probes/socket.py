@@ -62,6 +62,7 @@ from .socket_decode import (
     decode_socket_event,
 )
 from .socket_kernel import (
+    address_cflags,
     port_filter_cflags,
     process_name_cflags,
     set_state_cflags,
@@ -315,6 +316,7 @@ class SocketProbe(AttachedProbe):
         its structs (from BTF), a tracepoint."""
         return [
             tcp_seq_cflags(),
+            address_cflags(),
             tcp_arrival_cflags(),
             _thread_self_cflags(),
             set_state_cflags(),
@@ -588,6 +590,12 @@ class SocketProbe(AttachedProbe):
         pid, fd, conn = sample.pid, sample.fd, sample.conn_start_ns
         if isinstance(sample, ConnSample) and sample.dgram:
             return self._resolve_dgram(sample)
+        if isinstance(sample, ConnSample) and sample.local_end and sample.peer_end:
+            # Read by the kernel as connect or accept returned (socket.c zt_sock_addrs): true
+            # even when the connection has closed by now, and no /proc read.
+            endpoints = Endpoints(*sample.local_end, *sample.peer_end)
+            self.proc.remember(pid, fd, conn, endpoints)
+            return endpoints
         closed = isinstance(sample, ConnSample) and sample.kind is ConnKind.CLOSE
         if (
             not closed

@@ -18,11 +18,13 @@ leading u32 type tag:
                                  88    8 u64 py_task (egress: asyncio task key, 0 none)
                                96      payload
 
-``struct zt_sock_conn_event`` (112 bytes)::
+``struct zt_sock_conn_event`` (168 bytes)::
 
       0..48 as above (ret = syscall result), 48 u64 conn_start_ns, 56 u32 kind,
       60 u16 family, 62 u16 pad, 64 char comm[16], 80 u8 addr[28] (connect's
-      struct sockaddr), 108 pad[4]
+      struct sockaddr), 108 pad[4], 112 u8 local[28], 140 u8 peer[28] (TCP connect,
+      ESTABLISHED, accept: the socket's own and peer's address from the kernel as
+      struct sockaddr, family 0 when not read)
 """
 
 from __future__ import annotations
@@ -73,10 +75,10 @@ _KNOWN_FLAGS: Final = (
 
 DATA_HEADER: Final = struct.Struct(f"<IIIiQQQqQBBBBI{COMM_LEN}sIIQ")
 DATA_HEADER_SIZE: Final = DATA_HEADER.size
-CONN_EVENT: Final = struct.Struct(f"<IIIiQQQqQIHH{COMM_LEN}s28s4x")
+CONN_EVENT: Final = struct.Struct(f"<IIIiQQQqQIHH{COMM_LEN}s28s4x28s28s")
 CONN_EVENT_SIZE: Final = CONN_EVENT.size
 
-if DATA_HEADER_SIZE != 96 or CONN_EVENT_SIZE != 112:  # pragma: no cover - guards edits
+if DATA_HEADER_SIZE != 96 or CONN_EVENT_SIZE != 168:  # pragma: no cover - guards edits
     raise ImportError("socket event layout drifted from bpf/zerotrace_events.h")
 
 _AF_INET: Final = 2
@@ -155,6 +157,11 @@ class ConnSample:
     """CONNECT only: the address the caller passed, else None."""
     dgram: bool = False
     """A UDP socket (socket.c "Datagrams"): its CONNECT is its connect() or first send."""
+    local_end: tuple[str, int] | None = None
+    """TCP CONNECT, ESTABLISHED, ACCEPT: the socket's own (address, port) as the kernel had it
+    when the call returned (IPv4 in IPv6 as plain IPv4, as /proc is read), else None."""
+    peer_end: tuple[str, int] | None = None
+    """The same for its peer."""
 
 
 SocketSample: TypeAlias = SocketDataSample | ConnSample
@@ -327,6 +334,8 @@ def decode_conn(buf: RawEvent) -> ConnSample:
         dgram,
         comm_raw,
         addr,
+        local_raw,
+        peer_raw,
     ) = CONN_EVENT.unpack_from(buf, 0)
     if tag != ZT_EVENT_SOCK_CONN:
         raise MalformedEvent(f"wrong event type tag {tag}, expected {ZT_EVENT_SOCK_CONN}")
@@ -347,7 +356,22 @@ def decode_conn(buf: RawEvent) -> ConnSample:
         comm=_comm(comm_raw),
         remote=parse_sockaddr(addr) if conn_kind in _WITH_ADDR else None,
         dgram=dgram == 1,
+        local_end=_kernel_end(local_raw),
+        peer_end=_kernel_end(peer_raw),
     )
+
+
+def _kernel_end(raw: bytes) -> tuple[str, int] | None:
+    """A sockaddr socket.c read from a sock_common, IPv4 in IPv6 as plain IPv4; None when the
+    kernel left it zeroed."""
+    end = parse_sockaddr(raw)
+    if end is None:
+        return None
+    address, port = end
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped), port
+    return address, port
 
 
 def decode_socket_event(buf: RawEvent) -> SocketSample:

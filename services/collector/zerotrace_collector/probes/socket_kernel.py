@@ -58,6 +58,29 @@ def port_filter_cflags(
     return [f"-DZT_FILTER_PORTS={wanted}", *(f for f in flags if "SKC" in f)], None
 
 
+# A connection's addresses and ports (struct sock begins with its sock_common), read when
+# connect or accept returns (socket.c zt_sock_addrs); the path from the fd is TCP_SEQ_MEMBERS'.
+ADDRESS_MEMBERS: Final = (
+    ("ZT_OFF_SKC_FAMILY", "sock_common", "skc_family"),
+    ("ZT_OFF_SKC_DADDR", "sock_common", "skc_daddr"),
+    ("ZT_OFF_SKC_RCV_SADDR", "sock_common", "skc_rcv_saddr"),
+    ("ZT_OFF_SKC_V6_DADDR", "sock_common", "skc_v6_daddr"),
+    ("ZT_OFF_SKC_V6_RCV_SADDR", "sock_common", "skc_v6_rcv_saddr"),
+    *PORT_MEMBERS,
+)
+
+
+def address_cflags(btf_path: Path = VMLINUX) -> tuple[list[str], str | None]:
+    """The -D flags that let socket.c put a connection's addresses in its connect and accept
+    events, or none and one line saying what that costs: they are read from /proc when user
+    space first sees the connection, so one that closes sooner is named by connect()'s
+    address only."""
+    flags, why = offset_cflags(TCP_SEQ_MEMBERS + ADDRESS_MEMBERS, btf_path)
+    if why:
+        return [], f"connection addresses from /proc only ({why}): short connections may go unnamed"
+    return [f for f in flags if "SKC" in f], None
+
+
 # A segment's sequence numbers (TCP_SKB_CB(skb)): whether it brings new bytes or repeats
 # some (a retransmission, a loss probe), at tcp:tcp_probe.
 TCP_ARRIVAL_MEMBERS: Final = (
