@@ -8,7 +8,9 @@
 - a FastAPI gateway on uvicorn in another child process: for GET /work/<id> it asks Redis
   (redis.asyncio), PostgreSQL (asyncpg) and the upstream (httpx.AsyncClient, a streamed chat
   completion), one after the other, inside the request's own task, as an LLM gateway does;
-  every request is served on the one event-loop thread;
+  every request is served on the one event-loop thread; GET /sync/<id>, a plain `def`
+  endpoint that FastAPI runs in its thread pool (Starlette's run_in_threadpool), asks the
+  upstream with a blocking httpx.Client (every SYNC_EVERY-th request);
 - 16 client threads sending N requests in all, keep-alive, once WARM_UP requests (ids
   ``w00000``...) have been answered one by one and WARM_UP_S has passed: zerotrace reads a
   Python process's interpreter layout when it first sees the process on a connection (about
@@ -38,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 CONCURRENCY = 16
+SYNC_EVERY = 4  # request i goes to /sync/ when i % SYNC_EVERY == SYNC_EVERY - 1
 WARM_UP = 4
 WARM_UP_S = 1.0
 
@@ -101,6 +104,16 @@ def gateway(truth_path: str, port: int, upstream: int, redis_port: int, pg_port:
         facts["upstream"] = [start, time.time_ns()]
         return {"done": request_id}
 
+    blocking = httpx.Client(base_url=f"http://127.0.0.1:{upstream}")
+
+    @app.get("/sync/{request_id}")
+    def work_sync(request_id: str) -> dict[str, str]:
+        start = time.time_ns()
+        body = {"model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}
+        blocking.post(f"/{request_id}/v1/chat/completions", json=body).raise_for_status()
+        truth.setdefault(request_id, {})["threadpool"] = [start, time.time_ns()]
+        return {"done": request_id}
+
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
     try:
@@ -126,7 +139,8 @@ def main() -> int:
             conn = getattr(local, "conn", None)
             if conn is None:
                 conn = local.conn = http.client.HTTPConnection("127.0.0.1", int(port))
-            conn.request("GET", f"/work/{prefix}{i:05d}")
+            path = "sync" if i % SYNC_EVERY == SYNC_EVERY - 1 else "work"
+            conn.request("GET", f"/{path}/{prefix}{i:05d}")
             body = conn.getresponse().read()
             assert json.loads(body) == {"done": f"{prefix}{i:05d}"}, body
 

@@ -212,13 +212,19 @@ def test_an_event_loop_s_calls_are_linked_to_the_request_whose_task_made_them() 
         span("a-call", "client", 3, 6, tid=1, server_port=9000, headers=task("7f00a0")),
         span("b-call", "client", 4, 7, tid=1, server_port=9000, headers=task("7f00b0")),
         span("no-task", "client", 5, 6, tid=1, server_port=9000, headers=task("0")),
+        # a worker thread running in a context task a copied (asyncio.to_thread)
+        span("a-pool", "client", 5, 8, tid=2, server_port=9000, headers=task("7f00a0")),
         span("a-req", "server", 1, 10, tid=1, client_port=1, headers=task("7f00a0")),
         span("b-req", "server", 2, 11, tid=1, client_port=2, headers=task("7f00b0")),
-        span("other-thread", "server", 2, 11, tid=2, client_port=3, headers=task("7f00a0")),
+        # a later task given the freed task a's address: told apart by time
+        span("c-call", "client", 21, 22, tid=1, server_port=9000, headers=task("7f00a0")),
+        span("c-req", "server", 20, 25, tid=1, client_port=3, headers=task("7f00a0")),
     )
     assert sorted(x for x in links(got) if x[2] == names.TRACE_RULE_SAME_TASK) == [
         ("a-req", "a-call", names.TRACE_RULE_SAME_TASK),
+        ("a-req", "a-pool", names.TRACE_RULE_SAME_TASK),
         ("b-req", "b-call", names.TRACE_RULE_SAME_TASK),
+        ("c-req", "c-call", names.TRACE_RULE_SAME_TASK),
     ]
 
 

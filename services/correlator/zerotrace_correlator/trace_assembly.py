@@ -134,15 +134,20 @@ def view(span: Mapping[str, Any]) -> SpanView | None:
         end_ns=int(span["end_ns"]),
         exchange=exchange_key(span),
         seq=int(seq) if seq not in (None, "") else None,
-        propagated=propagated_ids(attrs) + _task(attrs, int(span.get("tid") or 0)),
+        propagated=propagated_ids(attrs) + _task(attrs),
     )
 
 
-def _task(attrs: Mapping[str, str], tid: int) -> tuple[tuple[str, str], ...]:
-    """The asyncio task that wrote the span's side, as an id shared with the calls it made
-    (on its event loop's thread: a frame address means nothing on another)."""
+def _task(attrs: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The asyncio task that wrote the span's side, as an id shared with the calls it made, on
+    any thread of the process: a task's key is the address of its root coroutine's frame,
+    which no other live object has, and the collector gives a worker thread running in a
+    context the task copied (asyncio.to_thread, Starlette's run_in_threadpool) the task's
+    key (bpf/python_stack.h "Tasks made by tasks"). A freed task's address given to a later
+    one is told apart by time: the call must lie inside the request's span, and two requests
+    holding it link neither."""
     task = attrs.get(names.ATTR_ASYNC_TASK, "")
-    return ((names.TRACE_RULE_SAME_TASK, f"{tid}:{task}"),) if task not in ("", "0") else ()
+    return ((names.TRACE_RULE_SAME_TASK, task),) if task not in ("", "0") else ()
 
 
 def edge(parent: SpanView | None, child: SpanView, rule: str) -> dict[str, Any]:
