@@ -15,6 +15,7 @@ from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir
 from zerotrace_cli.common import StopFlag, say
 from zerotrace_cli.llm_view import render_llm_view
+from zerotrace_cli.roce_view import render_roce_table
 from zerotrace_cli.socket_args import add_content_argument, redactor
 from zerotrace_cli.span_tables import protocol_of, render_protocol_tables
 
@@ -46,7 +47,9 @@ def register(sub: Any) -> None:
         description="Reassembles the TCP streams of a capture (Ethernet, Linux cooked, raw IP, "
         "loopback; out-of-order, duplicated and missing segments handled), runs them through "
         "the correlator and prints the LLM request table. Times are taken on the wire, so "
-        "the observation point is NETWORK.",
+        "the observation point is NETWORK. RoCEv2 traffic (UDP port 4791) gets a table of "
+        "its queue pair flows: throughput, PSN loss and retransmission, NAKs, CNPs and "
+        "request-to-ACK latency.",
     )
     p.add_argument("file", type=Path, help="pcap or pcapng file")
     p.add_argument("--json", type=Path, help="also write every derived record as JSON lines")
@@ -81,6 +84,7 @@ def capture(args: argparse.Namespace) -> int:
 
 def analyze(args: argparse.Namespace) -> int:
     from zerotrace_collector.packets.analysis import PcapAnalysis
+    from zerotrace_collector.rdma.rdma_records import RDMA_COUNTERS, flow_record
     from zerotrace_correlator.pipeline import CorrelatorStep
 
     common = settings.load(settings.CommonSettings)
@@ -96,6 +100,7 @@ def analyze(args: argparse.Namespace) -> int:
         return 1
     outputs += step.flush()
     derived = [codec.decode(o.value) for o in outputs]
+    derived += [(RDMA_COUNTERS, flow_record(common.node_id, f)) for f in analysis.roce_figures]
     llm = [d for r, d in derived if r == names.DERIVED_LLM.record]
     spans = [d for r, d in derived if r == names.DERIVED_SPAN.record]
     if args.json:
@@ -105,6 +110,8 @@ def analyze(args: argparse.Namespace) -> int:
     for line in render_protocol_tables(spans, rows=args.rows):
         print(line)
     print(render_llm_view(llm, rows=args.rows))
+    for line in render_roce_table(analysis.roce_figures, rows=args.rows):
+        print(line)
     summary = analysis.summary()
     problem = summary.pop("problem", None)
     http_spans = sum(protocol_of(s) == "http" for s in spans)

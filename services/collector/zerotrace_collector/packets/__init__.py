@@ -6,6 +6,8 @@ path, so everything after it is shared.
     decode link, ip, tcp, decode            CapturedPacket -> TcpPacket | Skip
     join   tcp_stream, tcp_reassembly       TcpPacket -> FlowOpened | DataPiece | FlowClosed
     emit   flows_to_records                 events -> (record full name, datum)
+    roce   roce, roce_psn, roce_flows       RoCEv2 (UDP to 4791) -> figures per queue pair,
+                                            apart from the records (rdma/rdma_records.py)
     run    analysis (PcapAnalysis)          all of the above over one capture, with counters
     shell  af_packet                        live frames from an interface, to a pcap and/or on
 """

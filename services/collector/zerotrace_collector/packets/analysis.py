@@ -5,6 +5,7 @@ the file, which `records` does itself when given a path).
     for record_name, datum in analysis.records("capture.pcap"):
         ...
     analysis.counters, analysis.read.problem
+    analysis.roce_figures   # RoCEv2 queue pair flows (roce_flows.py), once the input ended
 
 Records come in capture order, which is time order when the capture's timestamps are (a
 capturing tool writes them so): each record's time is that of the packet that produced it, a
@@ -29,6 +30,7 @@ from zerotrace_collector.packets.flows_to_records import (
     Record,
     records_from_event,
 )
+from zerotrace_collector.packets.roce_flows import QpFigures, RoceFlows
 from zerotrace_collector.packets.skip import Skip
 from zerotrace_collector.packets.tcp_reassembly import (
     DEFAULT_LIMITS,
@@ -88,6 +90,10 @@ class PcapAnalysis:
         self.redactor = redactor if redactor is not None else Redactor()
         self.reassembler = TcpReassembler(limits)
         self.udp = UdpFlows(udp_ports)
+        # RoCEv2 (UDP to 4791) is not a socket's bytes: its per-QP figures come out apart
+        # from the records, in `roce_figures` once the input is finished.
+        self.roce = RoceFlows()
+        self.roce_figures: list[QpFigures] = []
         self.counters = AnalysisCounters()
         self.read = ReadReport()
 
@@ -95,6 +101,9 @@ class PcapAnalysis:
         self.counters.packets += 1
         decoded = decode_packet(packet)
         if isinstance(decoded, UdpPacket):
+            if self.roce.wanted(decoded):
+                self.roce.feed(decoded)
+                return []
             if not self.udp.wanted(decoded):
                 self.counters.non_tcp += 1
                 return []
@@ -111,6 +120,7 @@ class PcapAnalysis:
 
     def finish(self) -> list[Record]:
         """End of input: closes every connection still open."""
+        self.roce_figures += self.roce.finish()
         return self._convert([*self.reassembler.finish(), *self.udp.finish()])
 
     def records_from_packets(self, packets: Iterable[CapturedPacket]) -> Iterator[Record]:
@@ -135,6 +145,7 @@ class PcapAnalysis:
         out.update(
             {f"udp_{k}" if k == "evicted" else k: v for k, v in vars(self.udp.counters).items()}
         )
+        out.update(vars(self.roce.counters))
         out.update(self.redactor.counters())
         out["format"] = self.read.format
         out["problem"] = self.read.problem
