@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from zerotrace_cli.common import BPF_DIR
+from zerotrace_cli.gpu_metrics_args import add_gpu_metrics_arguments, gpu_metrics_feeds
 from zerotrace_cli.profiling_args import (
     add_profiling_arguments,
     profiling_feeds,
@@ -49,8 +50,10 @@ class NodeFeeds:
         return any(getattr(feed, "behind", False) for feed in self.profiling)
 
     def programs(self) -> list[str]:
-        """The final eBPF programs, for the hidden --ebpf flag."""
-        return [str(feed.probe.program_text()) for feed in self.feeds]  # type: ignore[attr-defined]
+        """The final eBPF programs, for the hidden --ebpf flag (of the feeds that have one:
+        GPU device metrics are read through NVML)."""
+        probes: list[Any] = [getattr(feed, "probe", None) for feed in self.feeds]
+        return [str(p.program_text()) for p in probes if p is not None]
 
     def attach(self) -> list[str]:
         """Compile and attach every probe (ProbeUnavailable says in one line what could not);
@@ -90,6 +93,7 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-files", action="store_true", help="do not trace file opens")
     p.add_argument("--no-tls", action="store_true", help="do not attach the TLS uprobes")
     add_profiling_arguments(p)
+    add_gpu_metrics_arguments(p)
 
 
 def node_feeds(
@@ -138,4 +142,7 @@ def node_feeds(
     profiling = profiling_feeds(
         args, BPF_DIR, node_id, mono_to_epoch_ns, follows=follows, services=services
     )
-    return NodeFeeds(profiling + feeds, socket_probe, profiling)
+    # Last: polled without waiting while an eBPF feed leads the loop (an XID still comes out
+    # within one turn of it); alone, it leads and waits for its interval or an XID.
+    gpu = gpu_metrics_feeds(args, node_id, services)
+    return NodeFeeds(profiling + feeds + gpu, socket_probe, profiling)

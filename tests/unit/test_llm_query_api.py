@@ -12,12 +12,14 @@ import grpc
 import pytest
 
 from tests.unit.test_llm_query_documents import (
+    MS,
     S,
     index_all,
     llm_request,
     publish_llm,
     realistic_requests,
 )
+from zerotrace import names
 from zerotrace.bus_memory import InMemoryBroker
 from zerotrace.codec import AvroCodec
 from zerotrace.store_duckdb import DuckDBStore
@@ -197,3 +199,138 @@ def test_empty_store_answers_empty_series() -> None:
         assert body["series"][0]["count"] == 1
     finally:
         store.close()
+
+
+# --- each request once though seen at both ends ------------------------------------------
+
+
+def both_ends_records() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """3 requests each seen by the client (agent) and the server (vllm), and the links trace
+    assembly wrote between them (tcp_sequence: the server's span the client's child)."""
+    requests, links = [], []
+    for n in range(3):
+        start = END - (30 - 10 * n) * S
+        client = llm_request(
+            request_id=f"c{n}",
+            span_id=f"c{n}",
+            service="agent",
+            observation_point="CLIENT",
+            start_ns=start,
+            ttft_ns=125 * MS,
+        )
+        server = llm_request(
+            request_id=f"s{n}", span_id=f"s{n}", start_ns=start + MS, ttft_ns=120 * MS
+        )
+        server["end_ns"] = client["end_ns"] - 2 * MS
+        requests += [client, server]
+        links.append(
+            {
+                "edge_id": f"e{n}",
+                "trace_id": f"t{n}",
+                "parent_span_id": f"c{n}",
+                "child_span_id": f"s{n}",
+                "rule": names.TRACE_RULE_TCP_SEQ,
+                "ts_ns": server["start_ns"],
+            }
+        )
+    return requests, links
+
+
+@pytest.fixture(scope="module")
+def both_ends() -> Iterator[tuple[str, str]]:
+    from zerotrace.schema_registry import InMemorySchemaRegistry
+    from zerotrace.schemas import load_schema_dir
+
+    codec = AvroCodec(load_schema_dir(), InMemorySchemaRegistry())
+    broker = InMemoryBroker()
+    broker.ensure_topics()
+    requests, links = both_ends_records()
+    publish_llm(broker, codec, requests)
+    producer = broker.producer()
+    for link in links:
+        data = codec.encode(names.DERIVED_TRACE.record, link)
+        producer.produce(names.DERIVED_TRACE.name, link["child_span_id"].encode(), data)
+    store = DuckDBStore()
+    index_all(broker, store, codec, "g")
+    http = HttpApi(store, port=0).start()
+    rpc = GrpcApi(store, port=0).start()
+    yield http.url, rpc.address
+    http.stop()
+    rpc.stop()
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("point", "count"), [("", 3), ("CLIENT", 3), ("SERVER", 3), ("NETWORK", 0), ("all", 6)]
+)
+def test_requests_seen_at_both_ends_count_once_or_per_observation_point(
+    both_ends: tuple[str, str], point: str, count: int
+) -> None:
+    url, address = both_ends
+    query = f"observation_point={point}&from={END - 60 * S}&to={END}"
+    for route in ("requests", "percentiles", "concurrency"):
+        body = get(f"{url}/api/v1/llm/{route}?{query}")
+        assert (body["count"], body["total"], body["truncated"]) == (count, count, False), route
+    stats = get(f"{url}/api/v1/llm/percentiles?{query}&bucket_s=60")
+    assert sum(s["count"] for s in stats["series"]) == count
+    window: dict[str, Any] = {"start_ns_from": END - 60 * S, "start_ns_to": END}
+    listed = list_llm_requests_rpc(address, observation_point=point, **window)
+    assert len(listed.requests) == listed.coverage.count == count
+    grpc_stats = llm_percentiles_rpc(address, observation_point=point, bucket_s=60, **window)
+    assert sum(s.count for s in grpc_stats.series) == grpc_stats.coverage.count == count
+    conc = llm_concurrency_rpc(address, observation_point=point, **window)
+    assert conc.coverage.count == count
+
+
+def test_the_once_view_over_http_and_grpc(both_ends: tuple[str, str]) -> None:
+    url, address = both_ends
+    body = get(f"{url}/api/v1/llm/requests")
+    assert [r["request_id"] for r in body["requests"]] == ["s2", "s1", "s0"]
+    assert (body["counted"], body["seen_at_both"], body["records"]) == ("requests", 3, 6)
+    s0 = body["requests"][-1]
+    assert s0["also_seen_at"] == [
+        {
+            "observation_point": "CLIENT",
+            "span_id": "c0",
+            "service": "agent",
+            "node_id": "node-a",
+            "start_ns": END - 30 * S,
+            "end_ns": END - 28 * S,
+            "ttft_ns": 125 * MS,
+        }
+    ]
+    assert s0["client_gap_ns"] == {"start": MS, "ttft": 5 * MS, "end": 2 * MS}
+    stats = get(f"{url}/api/v1/llm/percentiles?bucket_s=60")
+    assert [(s["service"], s["count"]) for s in stats["series"]] == [("vllm", 3)]
+
+    listed = list_llm_requests_rpc(address)
+    coverage = listed.coverage
+    assert (coverage.counted, coverage.seen_at_both, coverage.records) == ("requests", 3, 6)
+    assert (coverage.total_records, coverage.pairing_complete) == (6, True)
+    first = listed.requests[-1]
+    [seen] = first.also_seen_at
+    assert (seen.observation_point, seen.span_id, seen.service, seen.ttft_ns) == (
+        "CLIENT",
+        "c0",
+        "agent",
+        125 * MS,
+    )
+    assert (first.client_gap_ns.start, first.client_gap_ns.ttft, first.client_gap_ns.end) == (
+        MS,
+        5 * MS,
+        2 * MS,
+    )
+    records = list_llm_requests_rpc(address, observation_point="all")
+    assert records.coverage.counted == "records" and not records.requests[0].also_seen_at
+    assert not records.requests[0].HasField("client_gap_ns")
+
+
+def test_a_bad_observation_point_is_refused_by_name(both_ends: tuple[str, str]) -> None:
+    url, address = both_ends
+    for route in ("requests", "percentiles", "concurrency"):
+        code, error = get_error(f"{url}/api/v1/llm/{route}?observation_point=client")
+        assert code == 400 and "'observation_point'" in error
+    with pytest.raises(grpc.RpcError) as bad:
+        llm_percentiles_rpc(address, observation_point="everything")
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'observation_point'" in (bad.value.details() or "")

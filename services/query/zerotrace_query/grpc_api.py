@@ -28,8 +28,10 @@ from zerotrace_query.llm_search import (
 from zerotrace_query.llm_stats import NS_PER_S
 from zerotrace_query.span_search import SpanFilter, span_histograms, span_page
 
-# LlmRequest message fields, copied from the document when present (None stays unset).
-_LLM_FIELDS = tuple(pb.LlmRequest.DESCRIPTOR.fields_by_name)
+# LlmRequest message fields, copied from the document when present (None stays unset); the
+# once view's annotations are messages, built apart.
+_ANNOTATIONS = ("also_seen_at", "client_gap_ns")
+_LLM_FIELDS = tuple(n for n in pb.LlmRequest.DESCRIPTOR.fields_by_name if n not in _ANNOTATIONS)
 
 
 def span_message(doc: dict[str, Any]) -> Any:
@@ -50,8 +52,17 @@ def span_message(doc: dict[str, Any]) -> Any:
     )
 
 
+def _set(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if v is not None}
+
+
 def llm_request_message(doc: dict[str, Any]) -> Any:
-    return pb.LlmRequest(**{k: doc[k] for k in _LLM_FIELDS if doc.get(k) is not None})
+    message = pb.LlmRequest(**{k: doc[k] for k in _LLM_FIELDS if doc.get(k) is not None})
+    for seen in doc.get("also_seen_at") or ():
+        message.also_seen_at.add(**_set(seen))
+    if doc.get("client_gap_ns"):
+        message.client_gap_ns.CopyFrom(pb.LlmClientGap(**_set(doc["client_gap_ns"])))
+    return message
 
 
 def coverage_message(body: dict[str, Any]) -> Any:
@@ -62,6 +73,11 @@ def coverage_message(body: dict[str, Any]) -> Any:
         truncated=body["truncated"],
         complete_from_ns=body.get("complete_from_ns", 0),
         warning=body.get("warning", ""),
+        counted=body.get("counted", ""),
+        seen_at_both=body.get("seen_at_both", 0),
+        records=body.get("records", 0),
+        total_records=body.get("total_records", 0),
+        pairing_complete=body.get("pairing_complete", False),
     )
 
 
@@ -158,6 +174,7 @@ def llm_filter(request: Any, stats: bool) -> LlmFilter:
         start_ns_to=request.start_ns_to,
         limit=request.limit or (DEFAULT_STATS_LIMIT if stats else DEFAULT_LIST_LIMIT),
         bucket_ns=round(request.bucket_s * NS_PER_S),
+        observation_point=request.observation_point,
     ).check()
 
 

@@ -84,13 +84,17 @@ def parse_span_filter(query_string: str) -> SpanFilter:
     ).check()
 
 
-LLM_LIST_PARAMS = frozenset({"model", "service", "status", "from", "to", "limit"})
-LLM_STATS_PARAMS = frozenset({"model", "service", "status", "from", "to", "limit", "bucket_s"})
+LLM_LIST_PARAMS = frozenset(
+    {"model", "service", "status", "from", "to", "limit", "observation_point"}
+)
+LLM_STATS_PARAMS = LLM_LIST_PARAMS | {"bucket_s"}
 
 
 def parse_llm_filter(query_string: str, stats: bool = False) -> LlmFilter:
-    """?model=&service=&status=ok|error&from=&to=&limit=[&bucket_s=] -> LlmFilter (checked);
-    ValueError names the bad parameter. from/to: ns since the epoch; bucket_s: seconds."""
+    """?model=&service=&status=ok|error&from=&to=&limit=&observation_point=[&bucket_s=] ->
+    LlmFilter (checked); ValueError names the bad parameter. from/to: ns since the epoch;
+    bucket_s: seconds; observation_point: absent or "" each request once, CLIENT, SERVER or
+    NETWORK that point's records, "all" every record (zerotrace_query/llm_observations.py)."""
     try:
         pairs = parse_qs(query_string, keep_blank_values=True, strict_parsing=bool(query_string))
     except ValueError:
@@ -127,6 +131,7 @@ def parse_llm_filter(query_string: str, stats: bool = False) -> LlmFilter:
         start_ns_to=integer("to", 0),
         limit=integer("limit", default_limit),
         bucket_ns=bucket_ns,
+        observation_point=params.get("observation_point", ""),
     ).check()
 
 

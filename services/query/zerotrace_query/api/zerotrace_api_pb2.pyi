@@ -102,7 +102,7 @@ class SpanHistogramsResponse(_message.Message):
     def __init__(self, edges_ns: _Optional[_Iterable[int]] = ..., protocols: _Optional[_Iterable[_Union[ProtocolLatency, _Mapping]]] = ...) -> None: ...
 
 class LlmFilter(_message.Message):
-    __slots__ = ("model", "service", "status", "start_ns_from", "start_ns_to", "limit", "bucket_s")
+    __slots__ = ("model", "service", "status", "start_ns_from", "start_ns_to", "limit", "bucket_s", "observation_point")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,7 @@ class LlmFilter(_message.Message):
     START_NS_TO_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     BUCKET_S_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATION_POINT_FIELD_NUMBER: _ClassVar[int]
     model: str
     service: str
     status: str
@@ -117,10 +118,11 @@ class LlmFilter(_message.Message):
     start_ns_to: int
     limit: int
     bucket_s: float
-    def __init__(self, model: _Optional[str] = ..., service: _Optional[str] = ..., status: _Optional[str] = ..., start_ns_from: _Optional[int] = ..., start_ns_to: _Optional[int] = ..., limit: _Optional[int] = ..., bucket_s: _Optional[float] = ...) -> None: ...
+    observation_point: str
+    def __init__(self, model: _Optional[str] = ..., service: _Optional[str] = ..., status: _Optional[str] = ..., start_ns_from: _Optional[int] = ..., start_ns_to: _Optional[int] = ..., limit: _Optional[int] = ..., bucket_s: _Optional[float] = ..., observation_point: _Optional[str] = ...) -> None: ...
 
 class LlmRequest(_message.Message):
-    __slots__ = ("request_id", "span_id", "node_id", "service", "observation_point", "model", "endpoint", "stream", "start_ns", "end_ns", "ttft_ns", "tpot_ns", "input_tokens", "output_tokens", "output_tokens_estimated", "finish_reason", "error", "tokens_per_s", "status_code", "path", "pid", "status")
+    __slots__ = ("request_id", "span_id", "node_id", "service", "observation_point", "model", "endpoint", "stream", "start_ns", "end_ns", "ttft_ns", "tpot_ns", "input_tokens", "output_tokens", "output_tokens_estimated", "finish_reason", "error", "tokens_per_s", "status_code", "path", "pid", "status", "also_seen_at", "client_gap_ns")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SPAN_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +145,8 @@ class LlmRequest(_message.Message):
     PATH_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    ALSO_SEEN_AT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_GAP_NS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     span_id: str
     node_id: str
@@ -165,23 +169,63 @@ class LlmRequest(_message.Message):
     path: str
     pid: int
     status: str
-    def __init__(self, request_id: _Optional[str] = ..., span_id: _Optional[str] = ..., node_id: _Optional[str] = ..., service: _Optional[str] = ..., observation_point: _Optional[str] = ..., model: _Optional[str] = ..., endpoint: _Optional[str] = ..., stream: _Optional[bool] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., ttft_ns: _Optional[int] = ..., tpot_ns: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., output_tokens_estimated: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., error: _Optional[str] = ..., tokens_per_s: _Optional[float] = ..., status_code: _Optional[int] = ..., path: _Optional[str] = ..., pid: _Optional[int] = ..., status: _Optional[str] = ...) -> None: ...
+    also_seen_at: _containers.RepeatedCompositeFieldContainer[LlmObservation]
+    client_gap_ns: LlmClientGap
+    def __init__(self, request_id: _Optional[str] = ..., span_id: _Optional[str] = ..., node_id: _Optional[str] = ..., service: _Optional[str] = ..., observation_point: _Optional[str] = ..., model: _Optional[str] = ..., endpoint: _Optional[str] = ..., stream: _Optional[bool] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., ttft_ns: _Optional[int] = ..., tpot_ns: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., output_tokens_estimated: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., error: _Optional[str] = ..., tokens_per_s: _Optional[float] = ..., status_code: _Optional[int] = ..., path: _Optional[str] = ..., pid: _Optional[int] = ..., status: _Optional[str] = ..., also_seen_at: _Optional[_Iterable[_Union[LlmObservation, _Mapping]]] = ..., client_gap_ns: _Optional[_Union[LlmClientGap, _Mapping]] = ...) -> None: ...
+
+class LlmObservation(_message.Message):
+    __slots__ = ("observation_point", "span_id", "service", "node_id", "start_ns", "end_ns", "ttft_ns")
+    OBSERVATION_POINT_FIELD_NUMBER: _ClassVar[int]
+    SPAN_ID_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    END_NS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_NS_FIELD_NUMBER: _ClassVar[int]
+    observation_point: str
+    span_id: str
+    service: str
+    node_id: str
+    start_ns: int
+    end_ns: int
+    ttft_ns: int
+    def __init__(self, observation_point: _Optional[str] = ..., span_id: _Optional[str] = ..., service: _Optional[str] = ..., node_id: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., ttft_ns: _Optional[int] = ...) -> None: ...
+
+class LlmClientGap(_message.Message):
+    __slots__ = ("start", "ttft", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    TTFT_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    ttft: int
+    end: int
+    def __init__(self, start: _Optional[int] = ..., ttft: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
 
 class Coverage(_message.Message):
-    __slots__ = ("count", "total", "limit", "truncated", "complete_from_ns", "warning")
+    __slots__ = ("count", "total", "limit", "truncated", "complete_from_ns", "warning", "counted", "seen_at_both", "records", "total_records", "pairing_complete")
     COUNT_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FROM_NS_FIELD_NUMBER: _ClassVar[int]
     WARNING_FIELD_NUMBER: _ClassVar[int]
+    COUNTED_FIELD_NUMBER: _ClassVar[int]
+    SEEN_AT_BOTH_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    PAIRING_COMPLETE_FIELD_NUMBER: _ClassVar[int]
     count: int
     total: int
     limit: int
     truncated: bool
     complete_from_ns: int
     warning: str
-    def __init__(self, count: _Optional[int] = ..., total: _Optional[int] = ..., limit: _Optional[int] = ..., truncated: _Optional[bool] = ..., complete_from_ns: _Optional[int] = ..., warning: _Optional[str] = ...) -> None: ...
+    counted: str
+    seen_at_both: int
+    records: int
+    total_records: int
+    pairing_complete: bool
+    def __init__(self, count: _Optional[int] = ..., total: _Optional[int] = ..., limit: _Optional[int] = ..., truncated: _Optional[bool] = ..., complete_from_ns: _Optional[int] = ..., warning: _Optional[str] = ..., counted: _Optional[str] = ..., seen_at_both: _Optional[int] = ..., records: _Optional[int] = ..., total_records: _Optional[int] = ..., pairing_complete: _Optional[bool] = ...) -> None: ...
 
 class ListLlmRequestsResponse(_message.Message):
     __slots__ = ("requests", "coverage")

@@ -67,13 +67,13 @@
 
   function filters() {
     return { model: $("model").value, service: $("service").value, range: $("range").value,
-      status: $("status-filter").value };
+      status: $("status-filter").value, observation_point: $("point-filter").value };
   }
 
   function restoreFilters() {
     const params = new URLSearchParams(location.search);
     for (const [id, name] of [["model", "model"], ["service", "service"], ["range", "range"],
-      ["status-filter", "status"]]) {
+      ["status-filter", "status"], ["point-filter", "observation_point"]]) {
       const value = params.get(name);
       if (!value) continue;
       const select = $(id);
@@ -134,7 +134,8 @@
     saveFilters(f);
     const [spanS, bucketS] = RANGES[f.range] || RANGES["15m"];
     const now = Date.now();
-    const window = { model: f.model, service: f.service, from: nsAt(now - spanS * 1000), to: nsAt(now) };
+    const window = { model: f.model, service: f.service, observation_point: f.observation_point,
+      from: nsAt(now - spanS * 1000), to: nsAt(now) };
     try {
       const [requests, percentiles, concurrency] = await Promise.all([
         getJson("/api/v1/llm/requests", { ...window, to: "", status: f.status, limit: TABLE_LIMIT }),
@@ -180,7 +181,7 @@
     addOptions($("service"), percentiles.series.map((s) => s.service), state.services);
     addOptions($("service"), requests.requests.map((r) => r.service), state.services);
 
-    const filtered = Boolean(f.model || f.service || f.status);
+    const filtered = Boolean(f.model || f.service || f.status || f.observation_point);
     const nothing = requests.total === 0 && percentiles.total === 0 && concurrency.total === 0;
     $("empty").hidden = !(nothing && !filtered);
     $("content").hidden = nothing && !filtered;
@@ -386,7 +387,8 @@
     const tbody = $("requests").querySelector("tbody");
     tbody.textContent = "";
     const more = body.truncated ? ` · newest ${body.count} of ${body.total}` : "";
-    $("request-count").textContent = `${body.count} shown${more}`;
+    const both = body.seen_at_both ? ` · ${body.seen_at_both} seen at client and server, counted once` : "";
+    $("request-count").textContent = `${body.count} shown${more}${both}`;
     if (!body.requests.length) {
       const text = filtered ? "No requests match these filters in this time range." : "No requests in this time range.";
       tbody.append(el("tr", {}, el("td", { colSpan: 10, className: "dim", text })));
@@ -408,7 +410,7 @@
         el("td", { text: r.service }),
         el("td", { className: "model" }, swatch(colorFor(`${r.model}\u0000${r.service}`)), r.model),
         el("td", { text: r.endpoint + (r.stream ? "" : " (no stream)") }),
-        el("td", {}, el("span", { className: "pill point", text: r.observation_point })),
+        el("td", {}, seenAt(r)),
         el("td", { className: "num" }, cell(nsToMs(r.ttft_ns))),
         el("td", { className: "num" }, cell(nsToMs(r.tpot_ns))),
         tokens,
@@ -418,6 +420,20 @@
   }
 
   const dim = (text) => el("span", { className: "dim", text });
+
+  // Where the request was seen: its record's point, and the other end that saw it too (the
+  // once view), with what the client saw beyond the server as the tooltip.
+  function seenAt(r) {
+    const others = (r.also_seen_at || []).map((o) => o.observation_point);
+    const pill = el("span", { className: "pill point", text: [r.observation_point, ...others].join(" + ") });
+    const gap = r.client_gap_ns;
+    if (gap) {
+      const ms = (ns) => (ns == null ? "—" : `${num(ns / 1e6)} ms`);
+      pill.title = `the client saw ${ms(gap.start)} more before the request, ${ms(gap.ttft)} more ` +
+        `to the first token, ${ms(gap.end)} more after the last (${r.also_seen_at[0].service})`;
+    }
+    return pill;
+  }
   const cell = (v) => (v == null ? dim("—") : num(v));
 
   // --- wiring ---------------------------------------------------------------------------------
