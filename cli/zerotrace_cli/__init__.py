@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     from zerotrace_cli import (
         collector_cmd,
         export_cmd,
+        gpu_report_cmd,
         infra_cmd,
         packet_cmds,
         profile_cmd,
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile_cmd.register(sub)
     replay_cmd.register(sub)
     export_cmd.register(sub)
+    gpu_report_cmd.register(sub)
     return parser
 
 
