@@ -26,7 +26,6 @@ from zerotrace_collector.amd_smi_parse import (
     parse_static,
 )
 from zerotrace_collector.gpu_devices import (
-    DeviceEvent,
     DeviceInfo,
 )
 from zerotrace_collector.smi_cli import Runner, SmiRunError, TickReadings, find_tool, run_tool
@@ -53,12 +52,10 @@ class AmdSmiDevices(TickReadings):
         self._run = run
         self._which = which
         self.notes: list[str] = []
-        self._note = note or self.notes.append
         self._tool: str | None = None
         self._legacy = False
         self._devices: list[DeviceInfo] = []
-        super().__init__()
-        self._said: set[str] = set()
+        super().__init__(note or self.notes.append)
         self.errors = 0
 
     def open(self) -> list[DeviceInfo]:
@@ -109,20 +106,5 @@ class AmdSmiDevices(TickReadings):
         assert self._tool is not None
         return self._run([self._tool, "--showallinfo", "--json"])
 
-    def _say(self, line: str) -> None:
-        key = line.split("(")[0]
-        if key not in self._said:
-            self._said.add(key)
-            self._note(line)
-
-    def wait_events(self, timeout_ms: int) -> list[DeviceEvent]:
-        return []  # never called: no device has events (events_supported)
-
-    def events_supported(self, device: DeviceInfo) -> bool:
-        return False
-
     def counters(self) -> dict[str, int]:
         return {"amd_smi_errors": self.errors}
-
-    def close(self) -> None:
-        self._samples = {}

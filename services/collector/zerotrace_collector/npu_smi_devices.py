@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 
 from zerotrace.errors import FeatureUnavailable
 from zerotrace_collector.gpu_devices import (
-    DeviceEvent,
     DeviceInfo,
 )
 from zerotrace_collector.npu_smi_parse import NpuDetail, chip_samples, parse_detail, parse_info
@@ -48,10 +47,8 @@ class NpuSmiDevices(TickReadings):
         self._run = run
         self._which = which
         self.notes: list[str] = []
-        self._note = note or self.notes.append
         self._tool: str | None = None
-        super().__init__()
-        self._said: set[str] = set()
+        super().__init__(note or self.notes.append)
         self.health: dict[int, str] = {}
         self.errors = 0
 
@@ -90,20 +87,5 @@ class NpuSmiDevices(TickReadings):
         self._samples = {s.device.index: s for s in samples}
         self.health = {s.device.index: c.health for s, c in zip(samples, chips, strict=True)}
 
-    def _say(self, line: str) -> None:
-        key = line.split("(")[0]
-        if key not in self._said:
-            self._said.add(key)
-            self._note(line)
-
-    def wait_events(self, timeout_ms: int) -> list[DeviceEvent]:
-        return []  # never called: no device has events (events_supported)
-
-    def events_supported(self, device: DeviceInfo) -> bool:
-        return False
-
     def counters(self) -> dict[str, int]:
         return {"npu_smi_errors": self.errors}
-
-    def close(self) -> None:
-        self._samples = {}

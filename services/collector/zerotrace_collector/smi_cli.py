@@ -13,7 +13,13 @@ import subprocess
 from collections.abc import Callable, Sequence
 
 from zerotrace.errors import TransientIO
-from zerotrace_collector.gpu_devices import METRIC_FIELDS, DeviceInfo, DeviceSample, SampleBuilder
+from zerotrace_collector.gpu_devices import (
+    METRIC_FIELDS,
+    DeviceEvent,
+    DeviceInfo,
+    DeviceSample,
+    SampleBuilder,
+)
 
 __all__ = ["RUN_TIMEOUT_S", "Runner", "SmiRunError", "TickReadings", "find_tool", "run_tool"]
 
@@ -64,10 +70,12 @@ class TickReadings:
     marked failed (never a crash, never zeros). Subclasses fill ``_samples`` (and set
     ``_failed_tick``) in ``_read_all``."""
 
-    def __init__(self) -> None:
+    def __init__(self, note: Callable[[str], None]) -> None:
         self._tick: int | None = None
         self._samples: dict[int, DeviceSample] = {}
         self._failed_tick = False
+        self._note = note
+        self._said: set[str] = set()
 
     def sample(self, device: DeviceInfo, ts_ns: int) -> DeviceSample:
         if self._tick != ts_ns:
@@ -83,3 +91,19 @@ class TickReadings:
 
     def _read_all(self, ts_ns: int) -> None:
         raise NotImplementedError
+
+    def _say(self, line: str) -> None:
+        """*line* once per kind of problem (the text before its first parenthesis)."""
+        key = line.split("(")[0]
+        if key not in self._said:
+            self._said.add(key)
+            self._note(line)
+
+    def wait_events(self, timeout_ms: int) -> list[DeviceEvent]:
+        return []  # never called: these tools give no events (events_supported)
+
+    def events_supported(self, device: DeviceInfo) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._samples = {}
