@@ -51,10 +51,9 @@ def by_process(spans: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return list(groups.values())
 
 
-def embedded_spans(
-    command: list[str], ports: list[int], folder: Path, tls: bool = False
-) -> list[dict[str, Any]]:
-    """Runs `command` under `zerotrace run` (TLS uprobes only with `tls`), which must exit 0."""
+def embedded_run(command: list[str], ports: list[int], folder: Path, tls: bool = False) -> Path:
+    """Runs `command` under `zerotrace run --port ...` (TLS uprobes only with `tls`), which
+    must exit 0; the DuckDB store file it wrote."""
     folder.mkdir(parents=True, exist_ok=True)
     store_file = folder / "zt.duckdb"
     run = subprocess.run(
@@ -70,7 +69,14 @@ def embedded_spans(
         timeout=TIMEOUT_S,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    store = DuckDBStore(str(store_file))
+    return store_file
+
+
+def embedded_spans(
+    command: list[str], ports: list[int], folder: Path, tls: bool = False
+) -> list[dict[str, Any]]:
+    """The spans `command` made under `zerotrace run` (see embedded_run)."""
+    store = DuckDBStore(str(embedded_run(command, ports, folder, tls)))
     try:
         found = store.search(names.INDEX_SPANS, Query(limit=10_000))
     finally:

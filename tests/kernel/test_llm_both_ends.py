@@ -8,13 +8,11 @@ default, with the client's view on it; 20 per observation point; 40 records in a
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 from tests.ebpf_required import require_ebpf
-from tests.harness.services import REPO
+from tests.harness.span_paths import embedded_run
 from tests.harness.sql_servers import free_port
 from zerotrace.store_duckdb import DuckDBStore
 from zerotrace_query.llm_search import LlmFilter, list_llm_requests, llm_percentiles
@@ -25,22 +23,9 @@ MODEL = "both-ends-model"
 
 
 def test_requests_seen_at_client_and_server_count_once(tmp_path: Path) -> None:
-    port, store_file = free_port(), tmp_path / "zt.duckdb"
-    run = subprocess.run(
-        [
-            *(sys.executable, "-m", "zerotrace_cli", "run", "--no-files", "--no-tls", "--quiet"),
-            *("--port", str(port), "--store", str(store_file)),
-            *("--http-port", str(free_port()), "--grpc-port", str(free_port()), "--"),
-            *(sys.executable, "-m", "tests.harness.llm_both_ends", str(port), str(REQUESTS)),
-            MODEL,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "ZEROTRACE_HOME": str(tmp_path / "home")},
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    port = free_port()
+    command = [sys.executable, "-m", "tests.harness.llm_both_ends", str(port), str(REQUESTS)]
+    store_file = embedded_run([*command, MODEL], [port], tmp_path)
     store = DuckDBStore(str(store_file))
     try:
         once = list_llm_requests(store, LlmFilter(model=MODEL))

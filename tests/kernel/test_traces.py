@@ -17,8 +17,6 @@ server spans of two network namespaces standing for two hosts (TCP sequence numb
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.ebpf_required import require_ebpf
-from tests.harness.services import REPO
+from tests.harness.span_paths import embedded_run
 from tests.harness.sql_servers import Server, free_port, postgres_server, redis_server
 from tests.harness.two_hosts import two_hosts
 from zerotrace import names
@@ -45,21 +43,7 @@ def observed(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Runs `command` under `zerotrace run --port ...` (it must exit 0); the spans linked as the
     query service links them, and the links, from the store it wrote."""
-    store_file = folder / "zt.duckdb"
-    run = subprocess.run(
-        [
-            *(sys.executable, "-m", "zerotrace_cli", "run", "--no-files", "--no-tls", "--quiet"),
-            *(arg for port in ports for arg in ("--port", str(port))),
-            *("--store", str(store_file), "--http-port", str(free_port())),
-            *("--grpc-port", str(free_port()), "--", *command),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "ZEROTRACE_HOME": str(folder / "home")},
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    store_file = embedded_run(command, ports, folder)
     store = DuckDBStore(str(store_file))
     try:
         spans = store.search(names.INDEX_SPANS, Query(limit=10_000))
