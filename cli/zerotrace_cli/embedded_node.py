@@ -188,6 +188,8 @@ class EmbeddedNode:
         return dead_letters, self.collector.counters(), dict(self.correlator.http.counters)
 
     def _on_document(self, index: str, doc: dict[str, Any]) -> None:
+        if index == names.INDEX_DEVICES:
+            return  # GPU and RDMA windows: neither a span nor a line of their own in the summary
         self.summary.add(index, doc)
         if self.output == "lines" and index != names.INDEX_TRACE_EDGES:
             line = {names.INDEX_LLM: llm_line, names.INDEX_PROFILES: profile_line}.get(index)

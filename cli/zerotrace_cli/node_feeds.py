@@ -15,6 +15,7 @@ from zerotrace_cli.profiling_args import (
     profiling_notes,
 )
 from zerotrace_cli.profiling_args import follow as follow_profiled
+from zerotrace_cli.rdma_args import add_rdma_arguments, rdma_feeds
 from zerotrace_cli.socket_args import add_socket_arguments, redactor, socket_options
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class NodeFeeds:
 
     def programs(self) -> list[str]:
         """The final eBPF programs, for the hidden --ebpf flag (of the feeds that have one:
-        GPU device metrics are read through NVML)."""
+        GPU device metrics and RDMA counters are read without one)."""
         probes: list[Any] = [getattr(feed, "probe", None) for feed in self.feeds]
         return [str(p.program_text()) for p in probes if p is not None]
 
@@ -94,6 +95,7 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-tls", action="store_true", help="do not attach the TLS uprobes")
     add_profiling_arguments(p)
     add_gpu_metrics_arguments(p)
+    add_rdma_arguments(p)
 
 
 def node_feeds(
@@ -145,4 +147,5 @@ def node_feeds(
     # Last: polled without waiting while an eBPF feed leads the loop (an XID still comes out
     # within one turn of it); alone, it leads and waits for its interval or an XID.
     gpu = gpu_metrics_feeds(args, node_id, services)
-    return NodeFeeds(profiling + feeds + gpu, socket_probe, profiling)
+    rdma = rdma_feeds(args, node_id)  # as the GPU's: polled last, leads only when alone
+    return NodeFeeds(profiling + feeds + gpu + rdma, socket_probe, profiling)

@@ -50,6 +50,9 @@ DERIVED_SPAN_BY_PROCESS = Topic(
 DERIVED_PROFILE = Topic(
     "derived.profile", "zerotrace.derived.ProfileWindow", "service", 6, 3 * DAY_MS
 )
+# GPU and RDMA device windows (profiler-agg folds raw.gpumetrics and raw.rdma), keyed by node as
+# their raw topics are. Kept as long as raw data: health history is read back over weeks.
+DERIVED_DEVICE = Topic("derived.device", "zerotrace.derived.DeviceWindow", "node", 3, 7 * DAY_MS)
 
 # Poison input from any consumer lands here with the reason; kept as long as raw data.
 DEAD_LETTER = Topic("dlq", "zerotrace.ops.DeadLetter", "source", 1, 7 * DAY_MS)
@@ -64,12 +67,13 @@ DERIVED_TOPICS = (
     DERIVED_TRACE,
     DERIVED_PROFILE,
     DERIVED_SPAN_BY_PROCESS,
+    DERIVED_DEVICE,
 )
 ALL_TOPICS = (*RAW_TOPICS, *DERIVED_TOPICS, DEAD_LETTER, SCHEMAS)
 # What the query service indexes: the derived topics. derived.trace carries the links trace
 # assembly finds between spans (parent, child, rule); traces are put together from them when
 # read (zerotrace_query/trace_trees.py), so a link found late still joins its trace.
-INDEXED_TOPICS = (DERIVED_SPAN, DERIVED_LLM, DERIVED_PROFILE, DERIVED_TRACE)
+INDEXED_TOPICS = (DERIVED_SPAN, DERIVED_LLM, DERIVED_PROFILE, DERIVED_TRACE, DERIVED_DEVICE)
 
 
 def topic_named(name: str) -> Topic:
@@ -86,6 +90,7 @@ INDEX_SPANS = "spans"
 INDEX_LLM = "llm"
 INDEX_PROFILES = "profiles"
 INDEX_TRACE_EDGES = "trace-edges"
+INDEX_DEVICES = "devices"  # GPU and RDMA device windows
 # A replay (`zerotrace replay --into NAME`) writes its derived records to `<topic>.replay-NAME`
 # and its documents to `<prefix><index>-replay-NAME`: beside live data, never mixed with it.
 REPLAY_TOPIC_SUFFIX = ".replay-"

@@ -2,8 +2,10 @@
 stand-in (tests/harness/nvml_standin) as libnvidia-ml.so.1, found through LD_LIBRARY_PATH. The
 records on the in-process bus are read back from the run's local raw log (what `zerotrace
 replay --local` reads): the exact values of the scripted devices, the NOT_SUPPORTED gap, and
-the scripted XID logged within a second of when it was due. The store, API and web side of
-raw.gpumetrics are not built yet; the distributed path is tests/integration/test_nvml_standin.py.
+the scripted XID logged within a second of when it was due. Then the store: profiler-agg's
+device windows in the run's DuckDB `devices` index, with the same exact values, every sample in
+one, the XID once and the NOT_SUPPORTED gap marked. The distributed path is
+tests/integration/test_nvml_standin.py.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ from tests.integration.test_nvml_standin import (
     H100_METRICS,
     INTERVAL_S,
     RUN_S,
+    check_device_windows,
     due_ns_of_the_xid,
     standin_env,
 )
 from zerotrace import names
 from zerotrace.codec import AvroCodec
 from zerotrace.raw_log import RawLogPeriod
+from zerotrace.store import Query
+from zerotrace.store_duckdb import DuckDBStore
 from zerotrace_cli.embedded_node import raw_log_folder
 
 require_ebpf()  # `zerotrace run` always captures TCP (here only port 1: nothing)
@@ -58,6 +63,17 @@ def test_zerotrace_run_logs_exact_gpu_metrics_and_the_xid(codec: AvroCodec, tmp_
     )
     [(logged_ms, xid)] = [(t, d) for t, d in logged if d["trigger"] == "xid"]
     assert xid["xid_events"][0]["xid"] == 79 and xid["xid_errors"] == 79
-    due_ms = due_ns_of_the_xid(Path(env[LOG_ENV]).read_text()) // 1_000_000
-    assert 0 <= logged_ms - due_ms < 1000
+    due_ns = due_ns_of_the_xid(Path(env[LOG_ENV]).read_text())
+    assert 0 <= logged_ms - due_ns // 1_000_000 < 1000
     assert "gpu-metrics: lost 0, shed 0, samples" in done.stdout
+
+    store = DuckDBStore(str(tmp_path / "e.duckdb"))
+    try:
+        docs = store.search(names.INDEX_DEVICES, Query(limit=1000))
+    finally:
+        store.close()
+    windows = [{k: v for k, v in d.items() if k != "_id"} for d in docs]
+    for index in (0, 1):  # every logged sample in a window of its device
+        folded = sum(w["samples"] for w in windows if w["device_index"] == index)
+        assert folded == len([d for _t, d in logged if d["device_index"] == index])
+    check_device_windows(windows, "gpu-node", due_ns)

@@ -5,29 +5,38 @@ process of their own (tests/harness/nvml_standin/sampler.py), each record throug
 codec. Two scripted devices: exact values, a NOT_SUPPORTED metric as a marked gap, an error
 counted and said once, per-process memory and utilisation named from /proc, and the scripted XID
 in raw.gpumetrics within a second of when it was due. Then the distributed path: `zerotrace
-collector --gpu-metrics` publishing the same to the real Kafka."""
+collector --gpu-metrics` publishing the same to the real Kafka, and the `zerotrace profiler-agg`
+faust worker and the `zerotrace query` indexer making device windows of them in OpenSearch."""
 
 from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.e2e.llm_fixtures import free_port
 from tests.harness.nvml_standin.build import LOG_ENV, SCRIPT_ENV, build_nvml_standin
+from tests.harness.services import Service
 from zerotrace import names
-from zerotrace.bus_kafka import read_topic_from_start
+from zerotrace.bus_kafka import KafkaBus, read_topic_from_start
 from zerotrace.codec import AvroCodec
 from zerotrace.errors import PoisonInput
+from zerotrace.gpu_fields import DCGM_FIELDS
 from zerotrace.schema_registry_kafka import KafkaSchemaRegistry
 from zerotrace.schemas import load_schema_dir
+from zerotrace.store import Query
+from zerotrace.store_opensearch import OpenSearchStore
 from zerotrace_collector.cgroup import container_id_of
+from zerotrace_profiler_agg.profile_step import INPUT_TOPICS
 
 ROOT = Path(__file__).resolve().parents[2]
 XID_AFTER_MS = 700  # after the events are registered: between two interval samples
@@ -77,7 +86,7 @@ field 82 !3
 """
 
 
-H100_METRICS = {
+H100_METRICS: dict[str, Any] = {
     "gpu_util_pct": 37.0,
     "mem_copy_util_pct": 12.0,
     "enc_util_pct": 5.0,
@@ -117,6 +126,70 @@ H100_METRICS = {
     "unsupported": [],
     "failed": [],
 }
+
+
+GPU0_UUID = "GPU-5a1c0e2d-0000-4000-8000-000000000000"
+COUNTER_FIELDS = {f.field for f in DCGM_FIELDS if f.counter}
+GAUGE_FIELDS = {f.field for f in DCGM_FIELDS if not f.counter} | {
+    "utilization_pct",
+    "memory_used_bytes",
+    "memory_total_bytes",
+}
+
+
+def check_device_windows(windows: list[dict[str, Any]], node: str, xid_due_ns: int) -> None:
+    """The device windows (as stored) of one run of the stand-in on `node`: every scripted
+    metric of the H100 exactly in each of its windows (the values never change, so min, max
+    and last are the value and mean the fsum of n of them over n), its counters flat, the XID
+    once; the A10's NOT_SUPPORTED metric a marked gap and its failed read named."""
+    assert windows and all(w["node_id"] == node and w["kind"] == "gpu" for w in windows)
+    h100 = [w for w in windows if w["device_index"] == 0]
+    a10 = [w for w in windows if w["device_index"] == 1]
+    assert h100 and a10
+    for w in h100:
+        assert (w["vendor"], w["model"], w["device"]) == (
+            "nvidia",
+            H100_METRICS["model"],
+            GPU0_UUID,
+        )
+        assert w["window_id"] == f"gpu:{node}:{GPU0_UUID}:0:gpu::{w['window_start_ns']}"
+        assert w["driver_version"] == H100_METRICS["driver_version"]
+        assert w["clocks_event_reason_names"] == H100_METRICS["clocks_event_reason_names"]
+        assert (w["unsupported"], w["failed"]) == ([], [])
+        for name, value in H100_METRICS.items():
+            if name in COUNTER_FIELDS:
+                assert w["counters"][name] == {"first": value, "last": value, "increase": 0}
+            elif name in GAUGE_FIELDS:
+                v, n = float(value), w["samples"]
+                assert w["metrics"][name] == {
+                    "min": v,
+                    "max": v,
+                    "mean": math.fsum([v] * n) / n,
+                    "last": v,
+                    "samples": n,
+                }, name
+        [process] = w["processes"]
+        assert (process["pid"], process["max_used_memory_bytes"]) == (os.getpid(), 1 << 30)
+        assert (process["last_used_memory_bytes"], process["mean_sm_util_pct"]) == (1 << 30, 55.0)
+    events = [e for w in h100 for e in w["events"]]
+    [event] = events
+    assert (event["kind"], event["code"]) == ("xid", 79)
+    assert xid_due_ns - 1_000_000 <= event["ts_ns"] < xid_due_ns + 1_000_000_000
+    assert sum(w["event_count"] for w in h100) == 1
+    for w in a10:
+        assert "memory_temp_c" in w["unsupported"] and "memory_temp_c" not in w["metrics"]
+        assert w["failed"] == ["power_w"] and "power_w" not in w["metrics"]
+        assert "xid_errors" in w["unsupported"] and "xid_errors" not in w["metrics"]
+        n = w["samples"]
+        assert w["metrics"]["gpu_util_pct"] == {
+            "min": 3.0,
+            "max": 3.0,
+            "mean": math.fsum([3.0] * n) / n,
+            "last": 3.0,
+            "samples": n,
+        }
+        assert w["metrics"]["fb_used_bytes"]["last"] == 4146608128.0
+        assert (w["events"], w["processes"]) == ([], [])
 
 
 def standin_env(tmp_path: Path) -> dict[str, str]:
@@ -307,3 +380,92 @@ def test_the_collector_publishes_them_to_kafka(kafka_bootstrap: str, tmp_path: P
     assert xid["xid_events"][0]["xid"] == 79 and xid["xid_errors"] == 79
     due_ms = due_ns_of_the_xid(Path(env[LOG_ENV]).read_text()) // 1_000_000
     assert 0 <= produced_ms - due_ms < 1000  # produced (the message's time) within 1 s
+
+
+def start_group_at_the_end(bootstrap: str, group: str, topics: tuple[str, ...]) -> None:
+    """A new consumer group that starts where `topics` end now: it reads this test's records,
+    not the history of every earlier run."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.integration.test_profiler_agg_kafka import ends
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        offsets = [
+            TopicPartition(topic, p, end)
+            for topic in topics
+            for p, end in ends(consumer, topic).items()
+        ]
+        consumer.commit(offsets=offsets, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def test_profiler_agg_and_the_indexer_put_exact_device_windows_in_opensearch(
+    kafka_bootstrap: str, opensearch_url: str, tmp_path: Path
+) -> None:
+    """The whole distributed path: `zerotrace collector --gpu-metrics` (the stand-in as NVML)
+    -> raw.gpumetrics -> the `zerotrace profiler-agg` faust worker -> derived.device -> the
+    `zerotrace query` indexer -> the OpenSearch `devices` index: every window of both devices
+    with the scripted values exactly, every sample in one, the XID once."""
+    node = f"nvml-dw-{uuid.uuid4().hex[:8]}"
+    group = f"zerotrace-profiler-agg-nvml-{uuid.uuid4().hex[:8]}"
+    env = standin_env(tmp_path)
+    env.update(
+        ZEROTRACE_KAFKA=kafka_bootstrap,
+        ZEROTRACE_OPENSEARCH=opensearch_url,
+        ZEROTRACE_NODE_ID=node,
+        ZEROTRACE_HOME=str(tmp_path),
+        ZEROTRACE_PROFILE_GROUP=group,
+        ZEROTRACE_PROFILE_TICK_LAG_MS="1000",  # windows close 1 s past their end
+    )
+    KafkaBus(kafka_bootstrap).ensure_topics()
+    start_group_at_the_end(kafka_bootstrap, group, INPUT_TOPICS)
+    agg = Service("profiler-agg", ["profiler-agg"], env, tmp_path)
+    ports = ["--http-port", str(free_port()), "--grpc-port", str(free_port())]
+    query = Service("query", ["query", *ports], env, tmp_path)
+    store = OpenSearchStore(opensearch_url)
+    try:
+        command = [sys.executable, "-m", "zerotrace_cli", "collector", "--no-sockets"]
+        command += ["--no-files", "--gpu-metrics", "--gpu-interval", str(INTERVAL_S)]
+        command += ["--duration", str(RUN_S), "--status-every", "0"]
+        done = subprocess.run(
+            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        codec = AvroCodec(load_schema_dir(), KafkaSchemaRegistry(kafka_bootstrap))
+        raw: dict[int, int] = {}  # device index -> samples published
+        for message in read_topic_from_start(kafka_bootstrap, names.RAW_GPUMETRICS.name):
+            try:
+                datum = codec.decode(message.value)[1]
+            except PoisonInput:
+                continue
+            if datum["node_id"] == node:
+                raw[datum["device_index"]] = raw.get(datum["device_index"], 0) + 1
+        assert set(raw) == {0, 1}
+
+        def stored() -> list[dict[str, Any]]:
+            query_ = Query(equals={"node_id": node}, limit=1000)
+            docs = store.search(names.INDEX_DEVICES, query_)
+            return [{k: v for k, v in d.items() if k != "_id"} for d in docs]
+
+        def folded() -> dict[int, int]:
+            out: dict[int, int] = {}
+            for w in stored():
+                out[w["device_index"]] = out.get(w["device_index"], 0) + w["samples"]
+            return out
+
+        deadline = time.monotonic() + 120
+        while folded() != raw:
+            for service in (agg, query):
+                assert service.proc.poll() is None, service.log.read_text()[-3000:]
+            assert time.monotonic() < deadline, (folded(), raw, agg.log.read_text()[-3000:])
+            time.sleep(1)
+        windows = stored()
+        assert len({w["window_id"] for w in windows}) == len(windows)
+        due_ns = due_ns_of_the_xid(Path(env[LOG_ENV]).read_text())
+        check_device_windows(windows, node, due_ns)
+    finally:
+        store.close()
+        agg.stop()
+        query.stop()

@@ -23,6 +23,7 @@ from zerotrace.bus_kafka import KafkaBus
 from zerotrace.codec import AvroCodec
 from zerotrace.schema_registry_kafka import KafkaSchemaRegistry
 from zerotrace.schemas import load_schema_dir
+from zerotrace_profiler_agg import profile_step
 from zerotrace_profiler_agg.profile_step import ProfileStep
 from zerotrace_profiler_agg.settings import ProfilerAggSettings
 
@@ -141,7 +142,7 @@ def worker_env(kafka_bootstrap: str, tmp_path: Path) -> Iterator[dict[str, str]]
     try:
         offsets = [
             TopicPartition(topic, p, end)
-            for topic in (names.RAW_STACK.name, names.RAW_GPU.name)
+            for topic in profile_step.INPUT_TOPICS
             for p, end in ends(consumer, topic).items()
         ]
         consumer.commit(offsets=offsets, asynchronous=False)

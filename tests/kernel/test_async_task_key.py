@@ -207,9 +207,16 @@ def test_each_task_writes_under_its_own_key(probe: SocketProbe, version: str) ->
     run = Run(probe, python)
     try:
         assert probe.python is not None and run.server.pid in probe.python.known
+        module = probe.python.known[run.server.pid].module
         run.round()
     finally:
         run.close()
+    # Only followed processes are observed: the context-copy uretprobe is installed in the
+    # server alone, not in every process that maps its interpreter, and goes when it exits.
+    assert (module, run.server.pid) in probe.context_probes
+    assert (module, -1) not in probe.context_probes
+    probe.python.sweep()
+    assert not [p for p in probe.context_probes if p[1] == run.server.pid]
     a, b, plain = run.writes("A"), run.writes("B"), run.writes("C")
     key_a, key_b = run.conns["A"]["key"], run.conns["B"]["key"]
     assert key_a and key_b and key_a != key_b

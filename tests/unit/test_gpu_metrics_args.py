@@ -13,12 +13,16 @@ from zerotrace.errors import ConfigError
 from zerotrace_cli import build_parser
 from zerotrace_cli.gpu_metrics_args import (
     DEFAULT_INTERVAL_S,
+    VENDOR_CHOICES,
     add_gpu_metrics_arguments,
     gpu_metrics_feeds,
 )
 from zerotrace_cli.node_feeds import node_feeds
-from zerotrace_collector import gpu_metrics_feed
+from zerotrace_collector import gpu_metrics_feed, gpu_vendor
+from zerotrace_collector.amd_smi_devices import AmdSmiDevices
 from zerotrace_collector.gpu_metrics_feed import GpuMetricsFeed
+from zerotrace_collector.gpu_vendor import VendorChoice
+from zerotrace_collector.npu_smi_devices import NpuSmiDevices
 from zerotrace_collector.nvml_devices import NvmlDevices
 
 pytestmark = pytest.mark.unit
@@ -37,10 +41,29 @@ def test_off_by_default_with_the_feeds_default_interval() -> None:
     assert gpu_metrics_feeds(args, "node") == []
 
 
-def test_gpu_metrics_builds_one_nvml_feed_at_the_interval() -> None:
+def test_gpu_metrics_builds_one_feed_at_the_interval_choosing_the_vendor_at_attach() -> None:
     [feed] = gpu_metrics_feeds(parse("--gpu-metrics", "--gpu-interval", "0.25"), "node")
-    assert isinstance(feed, GpuMetricsFeed) and isinstance(feed.source, NvmlDevices)
+    assert isinstance(feed, GpuMetricsFeed) and isinstance(feed.source, VendorChoice)
+    assert feed.source.choice == "auto" and feed.source.chosen is None  # nothing opened yet
     assert feed._schedule.interval_s == 0.25
+    assert [c.choice for c in feed.source._tried] == ["nvidia", "amd", "ascend"]
+
+
+@pytest.mark.parametrize(
+    ("vendor", "adapter"),
+    [("nvidia", NvmlDevices), ("amd", AmdSmiDevices), ("ascend", NpuSmiDevices)],
+)
+def test_a_named_vendor_tries_its_adapter_alone(vendor: str, adapter: type) -> None:
+    [feed] = gpu_metrics_feeds(parse("--gpu-metrics", "--gpu-vendor", vendor), "node")
+    [candidate] = feed.source._tried
+    assert candidate.choice == vendor and isinstance(candidate.make(), adapter)
+
+
+def test_the_cli_choices_are_the_collectors() -> None:
+    assert VENDOR_CHOICES == gpu_vendor.VENDOR_CHOICES
+    assert parse().gpu_vendor == "auto"
+    with pytest.raises(SystemExit):
+        parse("--gpu-vendor", "intel")
 
 
 @pytest.mark.parametrize("interval", ["0", "-1", "nan"])

@@ -125,6 +125,15 @@ def test_the_first_versions_required_fields_are_minus_one_where_unknown() -> Non
     assert datum["memory_used_bytes"] == -1 and datum["memory_total_bytes"] == -1
     assert datum["gpu_util_pct"] is None and "gpu_util_pct" in datum["unsupported"]
     assert datum["trigger"] == "interval" and datum["xid_events"] == [] == datum["processes"]
+    assert datum["health"] is None  # NVML gives no verdict of its own
+
+
+def test_the_vendors_health_verdict_is_carried_as_printed(codec: AvroCodec) -> None:
+    b = SampleBuilder(DEVICE, 5)
+    b.health = "Warning"
+    datum = device_metrics_record(b.build(), "n", "huawei")
+    assert datum["health"] == "Warning"
+    assert codec.decode(codec.encode(RECORD, datum))[1]["health"] == "Warning"
 
 
 def test_the_datum_round_trips_through_the_codec(codec: AvroCodec) -> None:
@@ -168,4 +177,5 @@ def test_records_of_the_first_version_and_the_new_read_each_other() -> None:
     _name, as_new = new.decode(old.encode(RECORD, as_old))
     assert as_new["gpu_util_pct"] is None and as_new["unsupported"] == []
     assert as_new["trigger"] == "interval" and as_new["processes"] == []
+    assert as_new["health"] is None
     assert as_new["utilization_pct"] == 37.0

@@ -60,7 +60,7 @@ def test_one_reading_per_tick_with_details_and_health() -> None:
     s0, s1 = npu.sample(chips[0], 5), npu.sample(chips[1], 5)
     assert (s0.metrics["mem_copy_util_pct"], s0.metrics["mem_clock_mhz"]) == (63.0, 1600)
     assert s1.metrics["mem_copy_util_pct"] is None  # NPU 1's details failed: gaps
-    assert npu.health == {0: "OK", 1: "Warning"}
+    assert (s0.health, s1.health) == ("OK", "Warning")  # the table's Health column
     assert run.calls[1:] == [
         ("info",),
         ("info", "-t", "usages", "-i", "0"),

@@ -61,6 +61,11 @@ def test_910b_table() -> None:
     )
 
 
+def test_each_chips_health_is_its_samples_vendor_verdict() -> None:
+    s0, s1 = chip_samples(parse_info(_text("23.0.rc3-910b", "info.txt")), TS)
+    assert (s0.health, s1.health) == ("OK", "Warning")
+
+
 def test_910b_table_and_every_detail() -> None:
     version = "23.0.rc3-910b"
     details = [

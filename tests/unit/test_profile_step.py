@@ -309,3 +309,49 @@ def test_tick_does_not_push_a_process_past_a_lagging_partition() -> None:
     assert fold.tick(1000 * S) == []  # pid 9 moves to 12 - 5 s only: its window stays open
     assert fold.add_stack(sample(9 * S, ["c"], pid=9), source=("raw.stack", 1)) == []
     assert fold.late_samples == 0
+
+
+def test_gpu_device_samples_and_rdma_counters_become_device_windows(codec: AvroCodec) -> None:
+    from tests.unit.test_device_windows import T0, gpu, rdma
+
+    step = ProfileStep(codec, ProfilerAggSettings(device_window_ms=5_000, tick_lag_ms=2_000))
+    assert set(step.input_topics) >= {names.RAW_GPUMETRICS.name, names.RAW_RDMA.name}
+    topics = (names.RAW_GPUMETRICS, names.RAW_RDMA, names.RAW_STACK)
+    raw = [
+        (names.RAW_GPUMETRICS, 0, gpu(T0 + 1 * S, power_w=300.5, pcie_tx_bytes=10)),
+        (names.RAW_RDMA, 4, rdma(T0 + 1 * S, {"port_xmit_data": 8}, {})),
+        (names.RAW_STACK, 7, sample(T0 + 1 * S, ["a"])),
+        (names.RAW_GPUMETRICS, 1, gpu(T0 + 2 * S, power_w=301.5, pcie_tx_bytes=25)),
+    ]
+    outputs = []
+    for topic, offset, datum in raw:
+        message = Message(topic.name, 0, offset, b"n", codec.encode(topic.record, datum), 1)
+        outputs += step.process(message)
+    assert outputs == []
+    assert step.held() == {(t.name, 0): o for t, o in zip(topics, (0, 4, 7), strict=True)}
+    # The GPU's and the port's windows close at the tick 2 s past their end; the profile
+    # window (10 s, 2 s lateness and a 2 s lag) stays open.
+    ticked = step.tick(T0 + 7 * S)
+    assert [o.topic for o in ticked] == [names.DERIVED_DEVICE.name] * 2
+    assert all(o.key == b"n" for o in ticked)
+    gpu_window, port_window = (codec.decode(o.value)[1] for o in ticked)
+    assert gpu_window["metrics"]["power_w"]["mean"] == 301.0
+    assert gpu_window["counters"]["pcie_tx_bytes"] == {"first": 10, "last": 25, "increase": 15}
+    assert port_window["counters"]["port_xmit_data"]["last"] == 8
+    assert step.held() == {(names.RAW_STACK.name, 0): 7}
+    counters = step.counters()
+    assert (counters["device_gpu_samples"], counters["device_rdma_records"]) == (2, 1)
+    assert (counters["produced"], counters["samples"]) == (2, 1)
+    [profile] = step.flush()
+    assert profile.topic == names.DERIVED_PROFILE.name and step.held() == {}
+
+
+def test_a_device_record_from_before_the_epoch_is_a_dead_letter(codec: AvroCodec) -> None:
+    from tests.unit.test_device_windows import gpu
+
+    step = ProfileStep(codec, SETTINGS)
+    value = codec.encode(names.RAW_GPUMETRICS.record, gpu(-1))
+    [out] = step.process(Message(names.RAW_GPUMETRICS.name, 0, 0, b"n", value, 5))
+    assert out.topic == names.DEAD_LETTER.name
+    assert "before the epoch" in codec.decode(out.value)[1]["reason"]
+    assert step.flush() == [] and step.counters()["dead_letters"] == 1

@@ -15,7 +15,7 @@ from tests.unit.rdma_trees import (
     write_port,
     write_tree,
 )
-from zerotrace_collector.rdma.sysfs_ports import parse_counter, read_ports
+from zerotrace_collector.rdma.sysfs_ports import list_ports, parse_counter, read_ports
 
 pytestmark = pytest.mark.unit
 
@@ -59,3 +59,13 @@ def test_no_rdma_device_gives_no_readings(tmp_path: Path) -> None:
 )
 def test_parse_counter(text: str, value: int | None) -> None:
     assert parse_counter(text) == value
+
+
+def test_list_ports_names_every_port_without_reading_a_counter(tmp_path: Path) -> None:
+    write_tree(tmp_path, 0)
+    (tmp_path / "mlx5_0" / "ports" / "2").mkdir()
+    (tmp_path / "mlx5_0" / "ports" / "10").mkdir()
+    (tmp_path / "mlx5_0" / "ports" / "not-a-port").mkdir()
+    (tmp_path / "bonding_masters").mkdir()  # no ports/ folder: not a device
+    assert list_ports(tmp_path) == [("mlx5_0", 1), ("mlx5_0", 2), ("mlx5_0", 10), ("rxe0", 1)]
+    assert list_ports(tmp_path / "none") == []

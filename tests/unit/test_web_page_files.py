@@ -31,6 +31,9 @@ def url() -> Iterator[str]:
         ("/static/style.css", "text/css", ".chart"),
         ("/spans", "text/html", '<script src="/static/spans.js">'),
         ("/static/spans.js", "text/javascript", "/api/v1/spans/histogram"),
+        ("/devices", "text/html", '<script src="/static/devices.js">'),
+        ("/static/devices.js", "text/javascript", "/api/v1/gpu/windows"),
+        ("/static/devices.css", "text/css", "svg .event"),
     ],
 )
 def test_the_page_is_served(url: str, path: str, kind: str, text: str) -> None:
@@ -55,3 +58,9 @@ def test_the_page_loads_nothing_from_elsewhere() -> None:
         urls = set(re.findall(r"(?:https?:)?//[\w.-]+\.\w+[^\s\"')]*", text))
         assert urls <= {"http://www.w3.org/2000/svg"}, (path.name, urls)
         assert "@import" not in text
+
+
+def test_every_page_links_the_devices_page() -> None:
+    pages = {name for name, kind in WEB_FILES.values() if kind.startswith("text/html")}
+    for name in pages - {"devices.html"}:
+        assert '<a class="nav" href="/devices">Devices</a>' in (WEB_DIR / name).read_text(), name

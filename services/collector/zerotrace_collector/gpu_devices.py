@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from zerotrace.gpu_fields import DCGM_FIELDS, METRIC_FIELDS, DcgmField
+
 __all__ = [
     "DCGM_FIELDS",
     "METRIC_FIELDS",
@@ -36,168 +38,6 @@ __all__ = [
 MetricValue = int | float | bool | None
 
 
-@dataclass(frozen=True)
-class DcgmField:
-    dcgm: str  # DCGM's field name, as dcgm-exporter exports it
-    field: str  # the zerotrace field in GpuDeviceMetrics
-    avro: str  # long, double or boolean (always nullable in the schema)
-    doc: str  # what it is, with its unit
-    exporter_default: bool  # in dcgm-exporter's default-counters.csv (uncommented)
-
-
-# dcgm-exporter's default counter list (etc/default-counters.csv) is the checklist; the ones it
-# lists commented out (ECC totals) and a few DCGM fields it lacks (FB reserved and total,
-# clock event reasons, row remap pending) are read too. Counters stay counters: a rate is
-# the difference of two samples over their interval, as Prometheus' rate() takes it.
-DCGM_FIELDS: tuple[DcgmField, ...] = (
-    DcgmField("DCGM_FI_DEV_SM_CLOCK", "sm_clock_mhz", "long", "SM clock, MHz.", True),
-    DcgmField("DCGM_FI_DEV_MEM_CLOCK", "mem_clock_mhz", "long", "Memory clock, MHz.", True),
-    DcgmField("DCGM_FI_DEV_MEMORY_TEMP", "memory_temp_c", "long", "Memory temperature, C.", True),
-    DcgmField("DCGM_FI_DEV_GPU_TEMP", "temperature_c", "double", "GPU temperature, C.", True),
-    DcgmField("DCGM_FI_DEV_POWER_USAGE", "power_w", "double", "Power draw, W.", True),
-    DcgmField(
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "total_energy_consumption_mj",
-        "long",
-        "Energy since the driver loaded, mJ (counter).",
-        True,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
-        "pcie_tx_bytes",
-        "long",
-        "Bytes sent over PCIe (counter; may wrap).",
-        True,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
-        "pcie_rx_bytes",
-        "long",
-        "Bytes received over PCIe (counter; may wrap).",
-        True,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-        "pcie_replay_counter",
-        "long",
-        "PCIe retries (counter).",
-        True,
-    ),
-    DcgmField("DCGM_FI_DEV_GPU_UTIL", "gpu_util_pct", "double", "GPU utilisation, %.", True),
-    DcgmField(
-        "DCGM_FI_DEV_MEM_COPY_UTIL",
-        "mem_copy_util_pct",
-        "double",
-        "Memory (copy engine) utilisation, %.",
-        True,
-    ),
-    DcgmField("DCGM_FI_DEV_ENC_UTIL", "enc_util_pct", "double", "Encoder utilisation, %.", True),
-    DcgmField("DCGM_FI_DEV_DEC_UTIL", "dec_util_pct", "double", "Decoder utilisation, %.", True),
-    DcgmField(
-        "DCGM_FI_DEV_XID_ERRORS",
-        "xid_errors",
-        "long",
-        "The last XID error seen since the collector started (0: none; XIDs are never 0).",
-        True,
-    ),
-    DcgmField("DCGM_FI_DEV_FB_FREE", "fb_free_bytes", "long", "Framebuffer free, bytes.", True),
-    DcgmField("DCGM_FI_DEV_FB_USED", "fb_used_bytes", "long", "Framebuffer used, bytes.", True),
-    DcgmField(
-        "DCGM_FI_DEV_FB_RESERVED",
-        "fb_reserved_bytes",
-        "long",
-        "Framebuffer reserved by the driver and firmware, bytes.",
-        False,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_FB_TOTAL", "fb_total_bytes", "long", "Framebuffer in all, bytes.", False
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        "ecc_sbe_vol_total",
-        "long",
-        "Single-bit ECC errors since the driver loaded (counter).",
-        False,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "ecc_dbe_vol_total",
-        "long",
-        "Double-bit ECC errors since the driver loaded (counter).",
-        False,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
-        "ecc_sbe_agg_total",
-        "long",
-        "Single-bit ECC errors over the device's life (counter).",
-        False,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-        "ecc_dbe_agg_total",
-        "long",
-        "Double-bit ECC errors over the device's life (counter).",
-        False,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "nvlink_bandwidth_total_kib",
-        "long",
-        "NVLink data sent and received over all links, KiB (counter).",
-        True,
-    ),
-    DcgmField(
-        "DCGM_FI_PROF_NVLINK_TX_BYTES",
-        "nvlink_tx_kib",
-        "long",
-        "NVLink data sent over all links, KiB (counter; DCGM's is a rate in bytes/s).",
-        False,
-    ),
-    DcgmField(
-        "DCGM_FI_PROF_NVLINK_RX_BYTES",
-        "nvlink_rx_kib",
-        "long",
-        "NVLink data received over all links, KiB (counter; DCGM's is a rate in bytes/s).",
-        False,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "correctable_remapped_rows",
-        "long",
-        "Rows remapped for correctable errors.",
-        True,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-        "uncorrectable_remapped_rows",
-        "long",
-        "Rows remapped for uncorrectable errors.",
-        True,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-        "row_remap_failure",
-        "boolean",
-        "A row remapping failed.",
-        True,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_ROW_REMAP_PENDING",
-        "row_remap_pending",
-        "boolean",
-        "A remapping waits for the next GPU reset.",
-        False,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
-        "clocks_event_reasons",
-        "long",
-        "Why clocks are below their maximum, a bitmask (formerly CLOCK_THROTTLE_REASONS).",
-        False,
-    ),
-)
-METRIC_FIELDS: tuple[str, ...] = tuple(f.field for f in DCGM_FIELDS)
 # In dcgm-exporter's default list but not read, with the reason.
 NOT_READ: tuple[tuple[str, str], ...] = (
     ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "vGPU guests only; no meaning on a bare-metal node"),
@@ -243,6 +83,9 @@ class DeviceSample:
     failed: tuple[str, ...] = ()  # fields whose read failed otherwise (counted by the adapter)
     clocks_event_reason_names: tuple[str, ...] = ()  # the bits of clocks_event_reasons, named
     processes: tuple[ProcessGpuUse, ...] = ()
+    # The vendor's own verdict, as its tool prints it (npu-smi's OK, Warning, Alarm, Critical);
+    # None where the vendor gives none (NVML: health is read from XIDs, ECC, remapped rows).
+    health: str | None = None
 
 
 @dataclass
@@ -256,6 +99,7 @@ class SampleBuilder:
     _failed: list[str] = field(default_factory=list)
     reason_names: tuple[str, ...] = ()
     processes: tuple[ProcessGpuUse, ...] = ()
+    health: str | None = None
 
     def put(self, name: str, value: MetricValue) -> None:
         if name not in _KNOWN:
@@ -287,6 +131,7 @@ class SampleBuilder:
             failed,
             self.reason_names,
             self.processes,
+            self.health,
         )
 
 

@@ -8,6 +8,12 @@ thread that blocks in the source's wait; the collector loop's next poll takes th
 their device then, so an XID is in ``raw.gpumetrics`` within one turn of the loop (100 ms
 or less), with the device's state at that moment (see ``xid_events`` in the schema).
 
+An adapter that reads by running a tool (amd-smi, npu-smi: ``reads_block``) may take seconds,
+or the tool's whole time limit when it hangs; its ticks are read by a sampling thread, never
+on the collector loop. The loop hands the thread a tick when the interval is due and takes the
+samples on a later poll; a tick that comes while the last is still being read is skipped and
+counted (``busy_skips``), and said once.
+
 Records are the node's, not a process's: keyed by node id (one partition keeps a node's
 samples in order) and never filtered by the followed processes (``follows`` is True).
 """
@@ -27,7 +33,13 @@ from zerotrace.clock import Clock
 from zerotrace.errors import FeatureUnavailable
 from zerotrace_collector.cgroup import ContainerIds
 from zerotrace_collector.feeds import RawRecord
-from zerotrace_collector.gpu_devices import DeviceEvent, DeviceInfo, GpuDeviceSource, with_xid
+from zerotrace_collector.gpu_devices import (
+    DeviceEvent,
+    DeviceInfo,
+    DeviceSample,
+    GpuDeviceSource,
+    with_xid,
+)
 from zerotrace_collector.gpu_metrics_record import (
     TRIGGER_INTERVAL,
     TRIGGER_XID,
@@ -117,6 +129,69 @@ class _EventsThread:
         self._thread.join(timeout=5 * EVENT_WAIT_MS / 1000)
 
 
+class _SampleThread:
+    """Reads every device of a tick off the collector loop (an adapter that runs a tool);
+    stopped by :meth:`stop`. One tick at a time: :meth:`submit` refuses one while busy."""
+
+    def __init__(
+        self,
+        sample: Callable[[DeviceInfo, int], DeviceSample],
+        monotonic: Callable[[], float],
+    ) -> None:
+        self._sample = sample
+        self._monotonic = monotonic
+        self._ticks: queue.SimpleQueue[tuple[list[DeviceInfo], int] | None] = queue.SimpleQueue()
+        # (samples, what reading them cost in us, the error that ended the tick or None)
+        self.done: queue.SimpleQueue[tuple[list[DeviceSample], int, str | None]] = (
+            queue.SimpleQueue()
+        )
+        self._busy = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="zerotrace-gpu-sample", daemon=True)
+        self._thread.start()
+
+    def submit(self, devices: list[DeviceInfo], ts_ns: int) -> bool:
+        """Read *devices* at *ts_ns*; False (nothing done) while the last tick is being read."""
+        if self._busy.is_set():
+            return False
+        self._busy.set()
+        self._ticks.put((devices, ts_ns))
+        return True
+
+    def _run(self) -> None:
+        while (tick := self._ticks.get()) is not None:
+            devices, ts_ns = tick
+            started = self._monotonic()
+            samples: list[DeviceSample] = []
+            error = None
+            try:
+                samples = [self._sample(d, ts_ns) for d in devices]
+            except Exception as exc:  # an adapter's bug must not end the thread for good
+                error = f"{type(exc).__name__}: {exc}"
+            self.done.put((samples, int((self._monotonic() - started) * 1e6), error))
+            self._busy.clear()
+
+    def take(self, timeout_s: float) -> list[tuple[list[DeviceSample], int, str | None]]:
+        """The ticks read since the last take; when none is, waits up to *timeout_s*."""
+        out = []
+        try:
+            out.append(
+                self.done.get(timeout=timeout_s) if timeout_s > 0 else self.done.get_nowait()
+            )
+        except queue.Empty:
+            return out
+        while True:
+            try:
+                out.append(self.done.get_nowait())
+            except queue.Empty:
+                return out
+
+    def stop(self) -> None:
+        """Ends the thread after the tick it reads; waits for that only briefly (a hung tool
+        is ended by its own time limit, the daemon thread with the process)."""
+        self._ticks.put(None)
+        self._thread.join(timeout=1.0)
+
+
 class GpuMetricsFeed:
     name = "gpu-metrics"
     follows = True  # node records: the collector's per-process filter does not apply
@@ -147,6 +222,7 @@ class GpuMetricsFeed:
         self._note = note or self.notes.append
         self._devices: dict[int, DeviceInfo] = {}
         self._events: _EventsThread | None = None
+        self._reader: _SampleThread | None = None
         self._idle = threading.Event()  # never set: how an idle first feed waits its turn
         self._last_xid: dict[int, int] = {}
         self._pending: defaultdict[int, list[DeviceEvent]] = defaultdict(list)
@@ -165,6 +241,9 @@ class GpuMetricsFeed:
         self._driver = self.source.driver_version()
         if any(self.source.events_supported(d) for d in devices):
             self._events = _EventsThread(self.source.wait_events)
+        if getattr(self.source, "reads_block", False):
+            self.counts.update(busy_skips=0, sample_errors=0)
+            self._reader = _SampleThread(self.source.sample, self._monotonic)
 
     def poll(self, timeout_ms: int) -> list[RawRecord]:
         """Records of the XID errors that came and, when the interval is due, of every
@@ -173,6 +252,8 @@ class GpuMetricsFeed:
             if timeout_ms > 0:
                 self._idle.wait(timeout_ms / 1000)
             return []
+        if self._reader is not None:
+            return self._poll_reader(self._reader, timeout_ms)
         wait_s = min(timeout_ms / 1000, self._schedule.wait_s(self._monotonic()))
         out: list[RawRecord] = []
         if self._events is not None:
@@ -191,11 +272,40 @@ class GpuMetricsFeed:
             out.extend(self._record(d, TRIGGER_INTERVAL) for d in self._devices.values())
         return out
 
+    def _poll_reader(self, reader: _SampleThread, timeout_ms: int) -> list[RawRecord]:
+        """Hands a due tick to the sampling thread and takes what it has read; waits up to
+        *timeout_ms* only for the first of: a tick read, the next tick due."""
+        due = self._schedule.take(self._monotonic())
+        if due and not reader.submit(list(self._devices.values()), self._clock.now_ns()):
+            self.counts["busy_skips"] += 1
+            if self.counts["busy_skips"] == 1:
+                self._note(
+                    f"GPU metrics: the {self.source.vendor} tool is still reading the last "
+                    f"tick after the {self._schedule.interval_s:g} s interval: ticks skipped "
+                    "until it answers (counted in busy_skips)"
+                )
+        out: list[RawRecord] = []
+        wait_s = min(timeout_ms / 1000, self._schedule.wait_s(self._monotonic()))
+        for samples, cost_us, error in reader.take(wait_s):
+            self.counts["sample_us"] += cost_us
+            if error is not None:
+                self.counts["sample_errors"] += 1
+                if self.counts["sample_errors"] == 1:
+                    self._note(f"GPU metrics: a tick was not read ({error})")
+            for sample in samples:
+                self.counts["samples"] += 1
+                out.append(self._as_record(sample, TRIGGER_INTERVAL))
+        return out
+
     def _record(self, device: DeviceInfo, trigger: str) -> RawRecord:
         started = self._monotonic()
         sample = self.source.sample(device, self._clock.now_ns())
         self.counts["sample_us"] += int((self._monotonic() - started) * 1e6)
         self.counts["samples"] += 1
+        return self._as_record(sample, trigger)
+
+    def _as_record(self, sample: DeviceSample, trigger: str) -> RawRecord:
+        device = sample.device
         if self.source.events_supported(device):
             sample = with_xid(sample, self._last_xid.get(device.index, 0))
         datum = device_metrics_record(
@@ -214,6 +324,9 @@ class GpuMetricsFeed:
         return {**self.counts, **self.source.counters()}
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.stop()
+            self._reader = None
         if self._events is not None:
             self._events.stop()  # first: the source's wait must be over before it closes
             self._events = None

@@ -60,6 +60,7 @@ def device_metrics_record(
         "memory_total_bytes": _or_unknown(m.get("fb_total_bytes")),
         "driver_version": driver_version,
         "trigger": trigger,
+        "health": sample.health,
         **m,
         "clocks_event_reason_names": list(sample.clocks_event_reason_names),
         "unsupported": list(sample.unsupported),

@@ -7,8 +7,7 @@ One reading of all chips is ``npu-smi info`` plus ``npu-smi info -t TYPE -i N`` 
 per detail type (``usages`` by default: the HBM bandwidth use the table lacks), made for the
 first chip of a tick and reused for the others of the same *ts_ns*. A failed table run leaves
 every metric of the tick a failed gap; a failed detail run only its fields' gaps. Each is
-counted and said once. The chips' health, which the sample has no field for, is kept in
-:attr:`NpuSmiDevices.health` after each reading.
+counted and said once. Each chip's Health column is its sample's ``health``.
 """
 
 from __future__ import annotations
@@ -49,7 +48,6 @@ class NpuSmiDevices(TickReadings):
         self.notes: list[str] = []
         self._tool: str | None = None
         super().__init__(note or self.notes.append)
-        self.health: dict[int, str] = {}
         self.errors = 0
 
     def open(self) -> list[DeviceInfo]:
@@ -85,7 +83,6 @@ class NpuSmiDevices(TickReadings):
                     self._say(f"npu-smi info -t {kind} failed ({exc}): its fields are gaps")
         samples = chip_samples(chips, ts_ns, details)
         self._samples = {s.device.index: s for s in samples}
-        self.health = {s.device.index: c.health for s, c in zip(samples, chips, strict=True)}
 
     def counters(self) -> dict[str, int]:
         return {"npu_smi_errors": self.errors}

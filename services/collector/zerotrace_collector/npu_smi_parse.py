@@ -16,8 +16,8 @@ chip temperature GPU_TEMP, HBM temperature MEMORY_TEMP, power POWER_USAGE, the A
 SM_CLOCK, the HBM clock MEM_CLOCK, HBM (DDR on 310P) used and total FB_USED/FB_TOTAL (free is
 their difference), HBM single/double bit errors ECC_*. Gaps: encoder/decoder use, energy,
 PCIe counters and replays, FB reserved, HCCS (the NVLink fields), remapped rows, clock event
-reasons, XIDs. Health (OK, Warning, Alarm, Critical) has no DCGM field: it is kept beside the
-sample in :class:`NpuChip`.
+reasons, XIDs. Health (OK, Warning, Alarm, Critical) has no DCGM field: it is the sample's
+``health``, the record's vendor verdict.
 """
 
 from __future__ import annotations
@@ -274,6 +274,7 @@ def chip_samples(
             b.put("fb_total_bytes", total * MIB)
             b.put("fb_free_bytes", (total - used) * MIB)
         b.processes = c.processes
+        b.health = c.health
         samples.append(b.build())
     return samples
 

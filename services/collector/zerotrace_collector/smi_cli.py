@@ -68,7 +68,13 @@ class TickReadings:
     every device, and each device's sample of that tick comes from it. A device the run did
     not list, or every device of a tick whose run failed, gets a sample whose metrics are all
     marked failed (never a crash, never zeros). Subclasses fill ``_samples`` (and set
-    ``_failed_tick``) in ``_read_all``."""
+    ``_failed_tick``) in ``_read_all``, and set ``_tool`` (the tool's path) in ``open``.
+
+    Each reading runs the tool, which may take seconds (and :data:`RUN_TIMEOUT_S` when it
+    hangs): ``reads_block`` tells the GPU metrics feed to read off the collector loop."""
+
+    reads_block = True
+    _tool: str | None = None
 
     def __init__(self, note: Callable[[str], None]) -> None:
         self._tick: int | None = None
@@ -91,6 +97,11 @@ class TickReadings:
 
     def _read_all(self, ts_ns: int) -> None:
         raise NotImplementedError
+
+    @property
+    def tool_path(self) -> str | None:
+        """The tool read (after ``open``): which of several installs was found."""
+        return self._tool
 
     def _say(self, line: str) -> None:
         """*line* once per kind of problem (the text before its first parenthesis)."""

@@ -1,4 +1,4 @@
-"""profiler-agg's settings: window width, lateness and the memory bounds, from the environment."""
+"""profiler-agg's settings: window widths, lateness and the memory bounds, from the environment."""
 
 from __future__ import annotations
 
@@ -36,6 +36,11 @@ class ProfilerAggSettings:
         "ZEROTRACE_PROFILE_LIVE_ALLOCATIONS",
         DEFAULT_CAPACITY,
         "Most live GPU allocations remembered; past it the oldest is evicted and counted.",
+    )
+    device_window_ms: int = setting(
+        "ZEROTRACE_PROFILE_DEVICE_WINDOW_MS",
+        5_000,
+        "Width of a GPU or RDMA device window (tumbling, event time, aligned to the epoch).",
     )
     quiet_windows: int = setting(
         "ZEROTRACE_PROFILE_QUIET_WINDOWS",

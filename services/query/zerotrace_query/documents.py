@@ -99,7 +99,32 @@ TRACE_EDGES = IndexSpec(
     time_field="ts_ns",
 )
 
-INDEX_SPECS = (SPANS, LLM_REQUESTS, PROFILES, TRACE_EDGES)
+# GPU and RDMA device windows (profiler-agg's device_windows.py): one device, port, counter set
+# or RoCE flow over one window. Its metrics, counters, events and processes are stored, not
+# searched: a panel reads a device's windows by time and draws them.
+DEVICE_WINDOWS = IndexSpec(
+    name=names.INDEX_DEVICES,
+    fields={
+        "window_id": "keyword",
+        "kind": "keyword",  # "gpu" or "rdma"
+        "node_id": "keyword",
+        "vendor": "keyword",
+        "model": "keyword",
+        "device": "keyword",  # a GPU's UUID; an RDMA device's name
+        "device_index": "long",  # a GPU's index; an RDMA port
+        "source": "keyword",
+        "flow": "keyword",
+        "pid": "long",
+        "process_name": "keyword",
+        "window_start_ns": "long",
+        "window_end_ns": "long",
+        "samples": "long",
+        "event_count": "long",
+    },
+    time_field="window_start_ns",
+)
+
+INDEX_SPECS = (SPANS, LLM_REQUESTS, PROFILES, TRACE_EDGES, DEVICE_WINDOWS)
 LLM_STATUS_OK = "ok"
 LLM_STATUS_ERROR = "error"
 
@@ -147,4 +172,6 @@ def document_for(record: str, datum: Mapping[str, Any]) -> tuple[str, str, dict[
         return PROFILES.name, doc_id, doc
     if record == names.DERIVED_TRACE.record:
         return TRACE_EDGES.name, str(datum["edge_id"]), dict(datum)
+    if record == names.DERIVED_DEVICE.record:
+        return DEVICE_WINDOWS.name, str(datum["window_id"]), dict(datum)
     raise PoisonInput(f"the query service does not index {record} yet")

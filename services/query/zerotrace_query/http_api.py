@@ -1,16 +1,18 @@
 """HTTP API: GET /api/v1/spans{,/histogram}, /api/v1/llm/{requests,percentiles,concurrency}
 (JSON), /api/v1/traces and /api/v1/traces/{id} (zerotrace_query.trace_search),
 /api/v1/services/map (zerotrace_query.service_map),
-/api/v1/profiles/{flamegraph,diff,catalog} (JSON, folded text, pprof, speedscope), the
-web pages (GET /, /spans, /flamegraph, /static/...), GET /healthz, and GET /metrics: the
-OpenTelemetry GenAI histograms of the stored LLM requests in Prometheus's text format
-(zerotrace_query.gen_ai_metrics), then the service map's RED metrics
-(zerotrace_query.service_map_metrics). Standard library server, one thread per request; the store
-does its own locking. Handlers only parse, call a pure function, and write the answer. With a
-token (zerotrace_query.api_auth) every request but /healthz needs it, /metrics included (a
-Prometheus scrape config sends it as `authorization: {credentials: ...}`): a missing or wrong
-one gets 401 and one line of JSON; the pages also take it once in their address and hand the
-browser a session cookie."""
+/api/v1/profiles/{flamegraph,diff,catalog} (JSON, folded text, pprof, speedscope),
+/api/v1/gpu/{devices,windows,events} and /api/v1/rdma/{ports,windows}
+(zerotrace_query.device_search), the web pages (GET /, /spans, /flamegraph, /devices,
+/static/...), GET /healthz, and GET /metrics: the OpenTelemetry GenAI histograms of the stored
+LLM requests in Prometheus's text format (zerotrace_query.gen_ai_metrics), then the service
+map's RED metrics (zerotrace_query.service_map_metrics), then the GPU metrics under DCGM's
+names and the RDMA counters (zerotrace_query.device_metrics). Standard library server, one
+thread per request; the store does its own locking. Handlers only parse, call a pure function,
+and write the answer. With a token (zerotrace_query.api_auth) every request but /healthz needs
+it, /metrics included (a Prometheus scrape config sends it as `authorization: {credentials:
+...}`): a missing or wrong one gets 401 and one line of JSON; the pages also take it once in
+their address and hand the browser a session cookie."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from zerotrace.errors import ZerotraceError
 from zerotrace.store import Store
 from zerotrace_query import (
     api_auth,
+    device_metrics,
+    device_search,
     gen_ai_metrics,
     prometheus_text,
     service_map,
@@ -226,6 +230,9 @@ WEB_FILES = {
     "/traces": ("traces.html", "text/html; charset=utf-8"),
     "/static/traces.js": ("traces.js", "text/javascript; charset=utf-8"),
     "/static/traces.css": ("traces.css", "text/css; charset=utf-8"),
+    "/devices": ("devices.html", "text/html; charset=utf-8"),
+    "/static/devices.js": ("devices.js", "text/javascript; charset=utf-8"),
+    "/static/devices.css": ("devices.css", "text/css; charset=utf-8"),
 }
 # The pages a person opens (the others are what they load): they take ?token= once.
 PAGES = frozenset(path for path, (_, kind) in WEB_FILES.items() if kind.startswith("text/html"))
@@ -294,11 +301,14 @@ def make_handler(store: Store, token: str = "") -> type[BaseHTTPRequestHandler]:
                 self._send_bytes(200, data, content_type)
             elif url.path.split("/")[:4] == trace_search.TRACES_PATH.split("/"):
                 self._send(*trace_search.answer(store, url.path, url.query))
+            elif url.path in device_search.ROUTES:
+                self._send(*device_search.answer(store, url.path, url.query))
             elif url.path == service_map.MAP_PATH:
                 self._send(*service_map.answer(store, url.query, time.time_ns()))
             elif url.path == METRICS_PATH:
                 try:
                     text = gen_ai_metrics.exposition(store) + service_map_metrics.exposition(store)
+                    text += device_metrics.exposition(store, time.time_ns())
                 except ZerotraceError as exc:
                     self._send(503, {"error": str(exc)})
                     return
@@ -308,7 +318,7 @@ def make_handler(store: Store, token: str = "") -> type[BaseHTTPRequestHandler]:
                 self._send_bytes(200, (WEB_DIR / name).read_bytes(), content_type)
             else:
                 routes = [*SPAN_ROUTES, trace_search.TRACES_PATH, service_map.MAP_PATH]
-                routes += [*LLM_ROUTES, *PROFILE_ROUTES]
+                routes += [*LLM_ROUTES, *PROFILE_ROUTES, *device_search.ROUTES]
                 known = ", ".join(["/", *routes, METRICS_PATH])
                 self._send(404, {"error": f"no such path {url.path}; try one of {known}"})
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from zerotrace.store import Query, Store
 from zerotrace.store_rules import MAX_LIMIT
-from zerotrace_query import llm_observations, llm_stats
+from zerotrace_query import llm_gpu_cost_store, llm_observations, llm_stats
 from zerotrace_query.documents import LLM_REQUESTS, LLM_STATUS_ERROR, LLM_STATUS_OK, TRACE_EDGES
 
 DEFAULT_LIST_LIMIT = 100
@@ -196,9 +196,11 @@ def _read(
 def list_llm_requests(store: Store, flt: LlmFilter) -> dict[str, Any]:
     """{"requests": newest first, "count", "total", "limit", "counted", "truncated"[,
     "warning", ...]}; in the once view also "seen_at_both", "records", "total_records" and
-    "pairing_complete" (see _read)."""
+    "pairing_complete" (see _read). Each request carries its GPU cost estimate
+    (llm_gpu_cost_store: gpu_time_ns, gpu_launches, gpu_memory_byte_s, gpu_cost_method;
+    null where its process had no GPU windows)."""
     docs, coverage = _read(store, flt)
-    return {"requests": docs, **coverage}
+    return {"requests": llm_gpu_cost_store.with_gpu_cost(store, docs), **coverage}
 
 
 def _window(flt: LlmFilter, docs: list[dict[str, Any]]) -> llm_stats.Window | None:

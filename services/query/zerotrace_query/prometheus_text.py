@@ -1,4 +1,5 @@
-"""The Prometheus text exposition format, version 0.0.4, for histograms (pure).
+"""The Prometheus text exposition format, version 0.0.4, for histograms, gauges and counters
+(pure).
 
 A family renders as `# HELP`, `# TYPE NAME histogram`, then per series its buckets
 `NAME_bucket{...,le="B"}` (cumulative: each counts the observations <= B), the last one
@@ -128,4 +129,28 @@ def render(families: Sequence[HistogramFamily]) -> str:
                 lines.append(f'{name}_bucket{{{labels}{sep}le="{number(bound)}"}} {count}')
             lines.append(f"{name}_sum{_braces(labels)} {number(series.total)}")
             lines.append(f"{name}_count{_braces(labels)} {series.count}")
+    return "".join(line + "\n" for line in lines)
+
+
+@dataclass(frozen=True)
+class SampleFamily:
+    """A gauge or counter family: one `NAME{labels} VALUE` line per sample. labels as Series'
+    (empty values left out); a counter's name carries its `_total`."""
+
+    name: str
+    help: str
+    type: str  # "gauge" or "counter"
+    samples: tuple[tuple[tuple[tuple[str, str], ...], int | float], ...]
+
+
+def render_samples(families: Sequence[SampleFamily]) -> str:
+    """The exposition text of these gauge and counter families, in the order given. An int
+    prints as it is (a counter of 2**60 bytes stays exact); a float as `number` prints it."""
+    lines: list[str] = []
+    for family in families:
+        lines.append(f"# HELP {family.name} {escape_help(family.help)}")
+        lines.append(f"# TYPE {family.name} {family.type}")
+        for labels, value in family.samples:
+            text = str(value) if isinstance(value, int) else number(value)  # exact, as given
+            lines.append(f"{family.name}{_braces(_labels(labels))} {text}")
     return "".join(line + "\n" for line in lines)

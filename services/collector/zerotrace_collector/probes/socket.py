@@ -167,6 +167,25 @@ def _follow_contexts(bpf: Any, module: str, pid: int) -> str | None:
     return None
 
 
+def _unfollow_contexts(bpf: Any, module: str, pid: int) -> None:
+    """Detach the uretprobe of one process that is gone. bcc finds the probe again by module
+    and pid; where it cannot (the module is gone from the disk), the probe stays until the
+    program closes: it fires for no process, as the pid it filtered on is gone."""
+    with contextlib.suppress(Exception):
+        bpf.detach_uretprobe(name=module.encode(), sym=CONTEXT_COPY_SYMBOL, pid=pid)
+
+
+def context_probe_pid(pid_filter: int | None, follow: bool, pid: int) -> int:
+    """Which processes the context-copy uretprobe of the CPython *pid* is installed in: the
+    one process asked for; that process alone when only followed processes are observed (a
+    uretprobe costs every process it is installed in a trap per copy, about 2 us, and a node
+    runs many Python programs nobody asked about); every process mapping the interpreter
+    module (-1) when the whole host is observed."""
+    if pid_filter:
+        return pid_filter
+    return pid if follow else -1
+
+
 def _thread_self_cflags() -> tuple[list[str], str | None]:
     """The walker's FS base offset (python_stack.h: how it finds a CPython 3.10 thread)."""
     flags, why = offset_cflags(THREAD_SELF_MEMBERS)
@@ -369,10 +388,11 @@ class SocketProbe(AttachedProbe):
             release(bpf)
             raise ProbeUnavailable(f"opening {EVENTS_MAP.decode()} failed: {exc}") from exc
         self._bpf = bpf
-        self._context_modules: set[str] = set()
+        # (module, pid) of each context-copy uretprobe tried (context_probe_pid)
+        self._context_probes: set[tuple[str, int]] = set()
         self.python = PythonProcesses(
             lambda proc: self._tell_python(bpf, proc),
-            lambda pid: _forget_python(bpf, pid),
+            lambda pid: self._forget_python(bpf, pid),
             lambda states: tell_thread_states(bpf[PY_TSTATES_MAP], states),
         )
         self.tls_active = self._tls_enabled() and self._attach_tls(bpf)
@@ -381,11 +401,25 @@ class SocketProbe(AttachedProbe):
 
     def _tell_python(self, bpf: Any, proc: PythonProcess) -> None:
         tell_python_walker(bpf[PY_PROCS_MAP], proc)
-        if proc.module not in self._context_modules:
-            self._context_modules.add(proc.module)  # tried once, whatever comes of it
-            failed = _follow_contexts(bpf, proc.module, self.pid_filter or -1)
-            if failed is not None:
+        probe = (proc.module, context_probe_pid(self.pid_filter, self.follow, proc.pid))
+        if probe not in self._context_probes:
+            self._context_probes.add(probe)  # tried once, whatever comes of it
+            failed = _follow_contexts(bpf, *probe)
+            if failed is not None and failed not in self.notes:
                 self.notes.append(failed)
+
+    @property
+    def context_probes(self) -> frozenset[tuple[str, int]]:
+        """(interpreter module, pid or -1) of each context-copy uretprobe installed."""
+        return frozenset(self._context_probes)
+
+    def _forget_python(self, bpf: Any, pid: int) -> None:
+        _forget_python(bpf, pid)
+        if not self.follow or self.pid_filter:
+            return  # one probe for the host, or for the one process: kept to the end
+        for probe in [p for p in self._context_probes if p[1] == pid]:
+            self._context_probes.discard(probe)
+            _unfollow_contexts(bpf, *probe)
 
     def _attach_tls(self, bpf: Any) -> bool:
         assert self.libssl is not None

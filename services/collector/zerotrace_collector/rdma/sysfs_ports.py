@@ -55,6 +55,19 @@ def read_ports(ts_ns: int, root: Path = DEFAULT_ROOT) -> list[PortReading]:
     return out
 
 
+def list_ports(root: Path = DEFAULT_ROOT) -> list[tuple[str, int]]:
+    """(device, port) of every port under root, without reading a counter."""
+    if not root.is_dir():
+        return []
+    out = []
+    for device in sorted(root.iterdir()):
+        ports = device / "ports"
+        if ports.is_dir():
+            numbered = sorted((p for p in ports.iterdir() if p.name.isdigit()), key=_number)
+            out += [(device.name, int(p.name)) for p in numbered]
+    return out
+
+
 def _number(path: Path) -> int:
     return int(path.name)
 

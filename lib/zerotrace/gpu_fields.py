@@ -1,0 +1,184 @@
+"""The GPU device metrics every vendor adapter fills, named after DCGM's fields (pure data).
+
+A sample's metrics are the fields of ``zerotrace.raw.GpuDeviceMetrics``; this table names each
+as dcgm-exporter exports it, so a DCGM user recognises it in every record, window, API answer
+and Prometheus series. It lives in the shared library because the collector (which fills the
+fields), profiler-agg (which aggregates them per window) and the query service (which exports
+them under their DCGM names) all read it, and services never import each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DCGM_FIELDS", "METRIC_FIELDS", "DcgmField"]
+
+
+@dataclass(frozen=True)
+class DcgmField:
+    dcgm: str  # DCGM's field name, as dcgm-exporter exports it
+    field: str  # the zerotrace field in GpuDeviceMetrics
+    avro: str  # long, double or boolean (always nullable in the schema)
+    doc: str  # what it is, with its unit
+    exporter_default: bool  # in dcgm-exporter's default-counters.csv (uncommented)
+
+    @property
+    def counter(self) -> bool:
+        """Counts up since the driver loaded (a rate is the difference of two samples); the
+        others are gauges, read as they are at the sample."""
+        return "(counter" in self.doc
+
+
+# dcgm-exporter's default counter list (etc/default-counters.csv) is the checklist; the ones it
+# lists commented out (ECC totals) and a few DCGM fields it lacks (FB reserved and total,
+# clock event reasons, row remap pending) are read too. Counters stay counters: a rate is
+# the difference of two samples over their interval, as Prometheus' rate() takes it.
+DCGM_FIELDS: tuple[DcgmField, ...] = (
+    DcgmField("DCGM_FI_DEV_SM_CLOCK", "sm_clock_mhz", "long", "SM clock, MHz.", True),
+    DcgmField("DCGM_FI_DEV_MEM_CLOCK", "mem_clock_mhz", "long", "Memory clock, MHz.", True),
+    DcgmField("DCGM_FI_DEV_MEMORY_TEMP", "memory_temp_c", "long", "Memory temperature, C.", True),
+    DcgmField("DCGM_FI_DEV_GPU_TEMP", "temperature_c", "double", "GPU temperature, C.", True),
+    DcgmField("DCGM_FI_DEV_POWER_USAGE", "power_w", "double", "Power draw, W.", True),
+    DcgmField(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "total_energy_consumption_mj",
+        "long",
+        "Energy since the driver loaded, mJ (counter).",
+        True,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
+        "pcie_tx_bytes",
+        "long",
+        "Bytes sent over PCIe (counter; may wrap).",
+        True,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
+        "pcie_rx_bytes",
+        "long",
+        "Bytes received over PCIe (counter; may wrap).",
+        True,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "pcie_replay_counter",
+        "long",
+        "PCIe retries (counter).",
+        True,
+    ),
+    DcgmField("DCGM_FI_DEV_GPU_UTIL", "gpu_util_pct", "double", "GPU utilisation, %.", True),
+    DcgmField(
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "mem_copy_util_pct",
+        "double",
+        "Memory (copy engine) utilisation, %.",
+        True,
+    ),
+    DcgmField("DCGM_FI_DEV_ENC_UTIL", "enc_util_pct", "double", "Encoder utilisation, %.", True),
+    DcgmField("DCGM_FI_DEV_DEC_UTIL", "dec_util_pct", "double", "Decoder utilisation, %.", True),
+    DcgmField(
+        "DCGM_FI_DEV_XID_ERRORS",
+        "xid_errors",
+        "long",
+        "The last XID error seen since the collector started (0: none; XIDs are never 0).",
+        True,
+    ),
+    DcgmField("DCGM_FI_DEV_FB_FREE", "fb_free_bytes", "long", "Framebuffer free, bytes.", True),
+    DcgmField("DCGM_FI_DEV_FB_USED", "fb_used_bytes", "long", "Framebuffer used, bytes.", True),
+    DcgmField(
+        "DCGM_FI_DEV_FB_RESERVED",
+        "fb_reserved_bytes",
+        "long",
+        "Framebuffer reserved by the driver and firmware, bytes.",
+        False,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_FB_TOTAL", "fb_total_bytes", "long", "Framebuffer in all, bytes.", False
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "ecc_sbe_vol_total",
+        "long",
+        "Single-bit ECC errors since the driver loaded (counter).",
+        False,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "ecc_dbe_vol_total",
+        "long",
+        "Double-bit ECC errors since the driver loaded (counter).",
+        False,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+        "ecc_sbe_agg_total",
+        "long",
+        "Single-bit ECC errors over the device's life (counter).",
+        False,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        "ecc_dbe_agg_total",
+        "long",
+        "Double-bit ECC errors over the device's life (counter).",
+        False,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "nvlink_bandwidth_total_kib",
+        "long",
+        "NVLink data sent and received over all links, KiB (counter).",
+        True,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        "nvlink_tx_kib",
+        "long",
+        "NVLink data sent over all links, KiB (counter; DCGM's is a rate in bytes/s).",
+        False,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        "nvlink_rx_kib",
+        "long",
+        "NVLink data received over all links, KiB (counter; DCGM's is a rate in bytes/s).",
+        False,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "correctable_remapped_rows",
+        "long",
+        "Rows remapped for correctable errors.",
+        True,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "uncorrectable_remapped_rows",
+        "long",
+        "Rows remapped for uncorrectable errors.",
+        True,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "row_remap_failure",
+        "boolean",
+        "A row remapping failed.",
+        True,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        "row_remap_pending",
+        "boolean",
+        "A remapping waits for the next GPU reset.",
+        False,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        "clocks_event_reasons",
+        "long",
+        "Why clocks are below their maximum, a bitmask (formerly CLOCK_THROTTLE_REASONS).",
+        False,
+    ),
+)
+METRIC_FIELDS: tuple[str, ...] = tuple(f.field for f in DCGM_FIELDS)

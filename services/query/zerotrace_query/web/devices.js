@@ -1,0 +1,338 @@
+// zerotrace devices page. Plain browser JavaScript, no libraries: reads /api/v1/gpu/* and
+// /api/v1/rdma/* for the chosen time range every few seconds. The GPU panel lists the GPUs
+// with their last values; the picked one's windows draw utilisation, memory, power and
+// temperature over time with its XID events marked, the metrics it does not support named as
+// gaps, and the processes of its newest window. The RDMA panel lists the ports; the picked
+// one's windows draw throughput and error counters, and the queue pair counter sets and RoCE
+// flows are listed. Data is put in the page with textContent and attributes only.
+"use strict";
+
+(() => {
+  const RANGES = { "5m": 300, "15m": 900, "1h": 3600, "6h": 21600, "24h": 86400 };
+  const REFRESH_MS = 10000;
+  const WINDOW_S = 5; // profiler-agg's default device window: sizes the windows asked for
+  const MAX_WINDOWS = 10000;
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  const COLORS = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2"];
+  // An RDMA counter whose name says it counts trouble.
+  const ERROR_COUNTER = /err|discard|nak|timeout|retr|out_of|symbol|downed|dropped|overrun|icrc|cnp/;
+  const GIB = 2 ** 30;
+
+  const state = { busy: false, gpu: null, port: null, nodes: new Set(), updated: null, error: null };
+  const $ = (id) => document.getElementById(id);
+
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (k === "text") node.textContent = v;
+      else node[k] = v;
+    }
+    for (const child of children) if (child != null) node.append(child);
+    return node;
+  }
+
+  function svgEl(tag, attrs, text) {
+    const node = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+    if (text != null) node.textContent = text;
+    return node;
+  }
+
+  const pad = (n) => String(n).padStart(2, "0");
+  const clock = (ms) => {
+    const d = new Date(ms);
+    return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  };
+  function num(v, unit = "") {
+    if (v == null || !Number.isFinite(v)) return "—";
+    const a = Math.abs(v);
+    const text = a >= 1e4 ? v.toExponential(2) : v.toFixed(a >= 100 ? 0 : a >= 10 ? 1 : 2);
+    return unit ? `${text} ${unit}` : text;
+  }
+  function bytesPerS(v) {
+    if (v == null) return "—";
+    const units = [[1e9, "GB/s"], [1e6, "MB/s"], [1e3, "kB/s"]];
+    for (const [size, unit] of units) if (Math.abs(v) >= size) return num(v / size, unit);
+    return num(v, "B/s");
+  }
+  const last = (values, name) => (values && values[name] != null ? values[name] : null);
+
+  // --- data ----------------------------------------------------------------------------------
+
+  const nsAt = (ms) => (BigInt(Math.round(ms)) * 1000000n).toString();
+
+  async function getJson(path, params) {
+    const query = new URLSearchParams();
+    for (const [k, v] of Object.entries(params)) if (v !== "" && v != null) query.set(k, v);
+    const response = await fetch(`${path}?${query}`, { cache: "no-store" });
+    let body;
+    try {
+      body = await response.json();
+    } catch (e) {
+      throw new Error(`${path} answered ${response.status} without JSON`);
+    }
+    if (!response.ok) throw new Error(body.error || `${path} answered ${response.status}`);
+    return body;
+  }
+
+  async function refresh() {
+    if (state.busy) return;
+    state.busy = true;
+    const spanS = RANGES[$("range").value] || 900;
+    const now = Date.now();
+    const range = { from: nsAt(now - spanS * 1000), to: nsAt(now), node: $("node").value };
+    const limit = Math.min(MAX_WINDOWS, Math.ceil(spanS / WINDOW_S) + 10);
+    try {
+      const [gpus, events, ports] = await Promise.all([
+        getJson("/api/v1/gpu/devices", range),
+        getJson("/api/v1/gpu/events", range),
+        getJson("/api/v1/rdma/ports", range),
+      ]);
+      const gpu = pick(gpus.devices, state.gpu, gpuKey);
+      const portList = ports.devices.filter((d) => d.source === "SYSFS");
+      const port = pick(portList, state.port, portKey);
+      state.gpu = gpu && gpuKey(gpu);
+      state.port = port && portKey(port);
+      const [gpuWindows, portWindows] = await Promise.all([
+        gpu ? getJson("/api/v1/gpu/windows", { ...range, node: gpu.node_id, device: gpu.device, limit }) : null,
+        port ? getJson("/api/v1/rdma/windows", { ...range, node: port.node_id, device: port.device,
+          port: port.device_index, source: "SYSFS", limit }) : null,
+      ]);
+      const x = { x0: now - spanS * 1000, x1: now };
+      for (const d of [...gpus.devices, ...ports.devices]) addNode(d.node_id);
+      $("empty").hidden = gpus.count + ports.count > 0;
+      $("content").hidden = gpus.count + ports.count === 0;
+      const cut = [gpus, ports, events, gpuWindows, portWindows].filter((b) => b && b.truncated);
+      showBanner(cut.length ? cut[0].warning : "", true);
+      renderGpus(gpus, gpu, gpuWindows, events, x);
+      renderPorts(portList, ports.devices.filter((d) => d.source !== "SYSFS"), port, portWindows, x);
+      state.updated = new Date();
+      state.error = null;
+    } catch (e) {
+      state.error = e.message || String(e);
+      showBanner(`Cannot load data from the query service: ${state.error}`, false);
+    } finally {
+      state.busy = false;
+      renderStatus();
+    }
+  }
+
+  const gpuKey = (d) => `${d.node_id}\u0000${d.device}`;
+  const portKey = (d) => `${d.node_id}\u0000${d.device}\u0000${d.device_index}`;
+  const pick = (list, key, keyOf) => list.find((d) => keyOf(d) === key) || list[0] || null;
+
+  function addNode(node) {
+    if (!node || state.nodes.has(node)) return;
+    state.nodes.add(node);
+    $("node").append(el("option", { value: node, text: node }));
+  }
+
+  // --- the GPU panel ------------------------------------------------------------------------
+
+  function renderGpus(body, picked, windows, events, x) {
+    $("gpu-panel").hidden = body.count === 0;
+    $("gpu-count").textContent = `${body.count} seen` + (body.truncated ? ` of ${body.total}` : "");
+    const tbody = $("gpus").querySelector("tbody");
+    tbody.textContent = "";
+    for (const d of body.devices) {
+      const m = d.metrics;
+      const used = last(m, "fb_used_bytes");
+      const total = last(m, "fb_total_bytes");
+      const row = el("tr", { className: `pick${picked && gpuKey(d) === gpuKey(picked) ? " picked" : ""}` },
+        el("td", { text: d.node_id }), el("td", { className: "num", text: String(d.device_index) }),
+        el("td", { text: `${d.vendor} ${d.model}` }), el("td", { className: "dim", text: d.device }),
+        el("td", { className: "num", text: num(last(m, "gpu_util_pct"), "%") }),
+        el("td", { className: "num", text: used == null ? "—" : `${num(used / GIB)} / ${num(total / GIB, "GiB")}` }),
+        el("td", { className: "num", text: num(last(m, "power_w"), "W") }),
+        el("td", { className: "num", text: num(last(m, "temperature_c"), "°C") }),
+        el("td", { className: "num" }, d.event_count ? el("span", { className: "pill bad", text: String(d.event_count) }) : "0"),
+        el("td", { className: "time", text: clock(d.last_window_end_ns / 1e6) }));
+      row.addEventListener("click", () => { state.gpu = gpuKey(d); refresh(); });
+      tbody.append(row);
+    }
+    const charts = $("gpu-charts");
+    charts.textContent = "";
+    $("gpu-title").textContent = picked ? `GPU ${picked.device_index} on ${picked.node_id} · ${picked.model}` : "";
+    $("gpu-gaps").hidden = !(windows && windows.unsupported.length);
+    if (windows && windows.unsupported.length) {
+      $("gpu-gaps").textContent = `Not given by this device (gaps, not zeros): ${windows.unsupported.join(", ")}`;
+    }
+    if (picked && windows) {
+      const marks = events.events.filter((e) => e.device === picked.device)
+        .map((e) => [e.ts_ns / 1e6, `XID ${e.code}`]);
+      const ws = windows.windows;
+      const chart = (title, unit, lines, scale = 1) => charts.append(lineChart(title, unit, x, marks,
+        lines.map(([label, name], i) => ({ label, color: COLORS[i], points: series(ws, "metrics", name, scale) }))));
+      chart("Utilisation", "%", [["GPU", "gpu_util_pct"], ["memory copy", "mem_copy_util_pct"]]);
+      chart("Memory", "GiB", [["used", "fb_used_bytes"], ["total", "fb_total_bytes"]], 1 / GIB);
+      chart("Power", "W", [["draw", "power_w"]]);
+      chart("Temperature", "°C", [["GPU", "temperature_c"], ["memory", "memory_temp_c"]]);
+    }
+    renderProcesses(picked ? picked.processes || [] : []);
+    renderEvents(events);
+  }
+
+  // A window's metric (its last value) per window, null across a missing window or value.
+  function series(windows, part, name, scale = 1) {
+    const points = [];
+    windows.forEach((w, i) => {
+      if (i && windows[i - 1].window_end_ns < w.window_start_ns) points.push([w.window_start_ns / 1e6, null]);
+      const found = (w[part] || {})[name];
+      const v = found == null ? null : part === "metrics" ? found.last : found;
+      points.push([(w.window_start_ns + w.window_end_ns) / 2e6, v == null ? null : v * scale]);
+    });
+    return points;
+  }
+
+  function renderProcesses(processes) {
+    const tbody = $("processes").querySelector("tbody");
+    tbody.textContent = "";
+    if (!processes.length) tbody.append(el("tr", {}, el("td", { colSpan: 7, className: "dim", text: "No processes" })));
+    for (const p of processes) {
+      const gib = (v) => (v == null ? "—" : num(v / GIB, "GiB"));
+      tbody.append(el("tr", {}, el("td", { className: "num", text: String(p.pid) }),
+        el("td", { text: p.process_name || "—" }), el("td", { text: p.service || "—" }),
+        el("td", { className: "dim", text: (p.container_id || "—").slice(0, 12) }),
+        el("td", { className: "num", text: gib(p.last_used_memory_bytes) }),
+        el("td", { className: "num", text: gib(p.max_used_memory_bytes) }),
+        el("td", { className: "num", text: num(p.mean_sm_util_pct, "%") })));
+    }
+  }
+
+  function renderEvents(body) {
+    $("event-count").textContent = `${body.count}${body.truncated ? ", newest only" : ""}`;
+    const tbody = $("events").querySelector("tbody");
+    tbody.textContent = "";
+    if (!body.events.length) tbody.append(el("tr", {}, el("td", { colSpan: 5, className: "dim", text: "No XID errors in this time range" })));
+    for (const e of body.events) {
+      tbody.append(el("tr", {}, el("td", { className: "time", text: clock(e.ts_ns / 1e6) }),
+        el("td", { text: e.node_id }), el("td", { className: "num", text: String(e.device_index) }),
+        el("td", { text: e.model || "" }), el("td", { className: "num error", text: String(e.code) })));
+    }
+  }
+
+  // --- the RDMA panel -----------------------------------------------------------------------
+
+  function renderPorts(ports, others, picked, windows, x) {
+    $("rdma-panel").hidden = ports.length + others.length === 0;
+    $("port-count").textContent = `${ports.length} seen`;
+    const tbody = $("ports").querySelector("tbody");
+    tbody.textContent = "";
+    for (const d of ports) {
+      const errors = Object.entries(d.counters).filter(([k, v]) => ERROR_COUNTER.test(k) && v > 0)
+        .map(([k, v]) => `${k} ${v}`).join(", ");
+      const row = el("tr", { className: `pick${picked && portKey(d) === portKey(picked) ? " picked" : ""}` },
+        el("td", { text: d.node_id }), el("td", { text: d.device }),
+        el("td", { className: "num", text: String(d.device_index) }),
+        el("td", { className: "num", text: bytesPerS(last(d.metrics, "tx_bytes")) }),
+        el("td", { className: "num", text: bytesPerS(last(d.metrics, "rx_bytes")) }),
+        el("td", { className: errors ? "error" : "dim", text: errors || "none" }),
+        el("td", { className: "time", text: clock(d.last_window_end_ns / 1e6) }));
+      row.addEventListener("click", () => { state.port = portKey(d); refresh(); });
+      tbody.append(row);
+    }
+    const charts = $("port-charts");
+    charts.textContent = "";
+    $("port-title").textContent = picked ? `${picked.device} port ${picked.device_index} on ${picked.node_id}` : "";
+    if (picked && windows) {
+      const ws = windows.windows;
+      const rate = (label, name, i) => ({ label, color: COLORS[i], points: series(ws, "metrics", name, 8e-9) });
+      charts.append(lineChart("Throughput", "Gbit/s", x, [], [rate("sent", "tx_bytes", 0), rate("received", "rx_bytes", 1)]));
+      const names = [...new Set(ws.flatMap((w) => Object.keys(w.counters || {})))].filter((k) => ERROR_COUNTER.test(k)).sort();
+      const increases = names.map((name, i) => ({ label: name, color: COLORS[i % COLORS.length],
+        points: ws.map((w) => [(w.window_start_ns + w.window_end_ns) / 2e6, (w.counters || {})[name] ? w.counters[name].increase : null]) }));
+      charts.append(lineChart("Error counters", "per window", x, [], increases));
+    }
+    const flows = $("flows").querySelector("tbody");
+    flows.textContent = "";
+    $("flow-count").textContent = `${others.length} seen`;
+    const pairs = (values, fmt) => Object.entries(values || {}).map(([k, v]) => `${k} ${fmt(v)}`).join(", ") || "—";
+    for (const d of others) {
+      const who = d.source === "PACKETS" ? d.flow : `${d.process_name || "?"} (pid ${d.pid})`;
+      flows.append(el("tr", {}, el("td", { text: d.node_id }), el("td", { text: d.source }),
+        el("td", { text: who }), el("td", { text: d.device ? `${d.device} port ${d.device_index}` : "—" }),
+        el("td", { text: pairs(d.metrics, (v) => num(v, "/s")) }),
+        el("td", { className: "dim", text: pairs(d.counters, String) })));
+    }
+  }
+
+  // --- one line chart ---------------------------------------------------------------------
+
+  // An SVG line chart over [x0, x1] (ms) with events marked as labelled vertical lines.
+  function lineChart(title, unit, { x0, x1 }, marks, lines) {
+    const figure = el("figure", { className: "chart" }, el("figcaption", {}, title, el("span", { className: "unit", text: unit })));
+    const width = 560;
+    const height = 180;
+    const m = { left: 52, right: 12, top: 10, bottom: 22 };
+    const w = width - m.left - m.right;
+    const h = height - m.top - m.bottom;
+    const values = lines.flatMap((l) => l.points.map((p) => p[1])).filter((v) => v != null);
+    const yMax = Math.max(1e-9, ...values) * 1.1;
+    const sx = (t) => m.left + ((t - x0) / (x1 - x0)) * w;
+    const sy = (v) => m.top + h - (v / yMax) * h;
+    const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, role: "img" });
+    for (let i = 0; i <= 4; i++) {
+      const v = (yMax * i) / 4;
+      svg.append(svgEl("line", { class: i ? "gridline" : "axis", x1: m.left, x2: m.left + w, y1: sy(v), y2: sy(v) }));
+      svg.append(svgEl("text", { x: m.left - 6, y: sy(v) + 3.5, "text-anchor": "end" }, num(v)));
+    }
+    for (let i = 0; i <= 4; i++) {
+      const t = x0 + ((x1 - x0) * i) / 4;
+      svg.append(svgEl("text", { x: sx(t), y: height - 6, "text-anchor": "middle" }, clock(t)));
+    }
+    for (const line of lines) {
+      let d = "";
+      let open = false;
+      for (const [t, v] of line.points) {
+        if (v == null || t < x0 || t > x1) { open = false; continue; }
+        d += `${open ? "L" : "M"}${sx(t).toFixed(1)},${sy(v).toFixed(1)}`;
+        open = true;
+      }
+      if (d) svg.append(svgEl("path", { d, class: "line", stroke: line.color }));
+    }
+    for (const [t, label] of marks) {
+      if (t < x0 || t > x1) continue;
+      svg.append(svgEl("line", { class: "event", x1: sx(t), x2: sx(t), y1: m.top, y2: m.top + h }));
+      svg.append(svgEl("text", { class: "event-label", x: sx(t) + 3, y: m.top + 9 }, label));
+    }
+    const plot = el("div", { className: "plot" }, svg);
+    if (!values.length) plot.append(el("div", { className: "nodata", text: "Not given by this device in this range" }));
+    const legend = el("div", { className: "legend" });
+    for (const line of lines) {
+      legend.append(el("span", { className: "item" }, el("span", { className: "swatch", style: `background:${line.color}` }), line.label));
+    }
+    figure.append(plot, legend);
+    return figure;
+  }
+
+  // --- status and wiring --------------------------------------------------------------------
+
+  function showBanner(text, warn) {
+    const banner = $("banner");
+    banner.hidden = !text;
+    banner.className = warn ? "banner warn" : "banner";
+    banner.textContent = text || "";
+  }
+
+  function renderStatus() {
+    const status = $("status");
+    status.textContent = "";
+    const auto = $("auto").checked;
+    const dot = el("span", { className: `dot${state.error ? " down" : auto ? "" : " paused"}` });
+    const when = state.updated ? `updated ${clock(state.updated.getTime())}` : "not loaded yet";
+    const mode = state.error ? "query service unreachable" : auto ? "live" : "paused";
+    status.append(dot, `${mode} · ${when} · times are local`);
+  }
+
+  let timer = null;
+  function schedule() {
+    clearInterval(timer);
+    timer = $("auto").checked ? setInterval(() => { if (!document.hidden) refresh(); }, REFRESH_MS) : null;
+    renderStatus();
+  }
+
+  $("filters").addEventListener("change", (e) => { if (e.target.id === "auto") schedule(); else refresh(); });
+  $("filters").addEventListener("submit", (e) => e.preventDefault());
+  schedule();
+  refresh();
+})();

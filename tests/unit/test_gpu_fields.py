@@ -1,0 +1,69 @@
+"""The DCGM field table of the shared library (zerotrace/gpu_fields.py): which fields are
+counters, and that every one is a field of zerotrace.raw.GpuDeviceMetrics of its type."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zerotrace import names
+from zerotrace.gpu_fields import DCGM_FIELDS, METRIC_FIELDS, DcgmField
+from zerotrace.schemas import SCHEMA_DIR
+
+pytestmark = pytest.mark.unit
+
+# Written out apart from the table: what DCGM documents as cumulative since the driver loaded
+# (or over the device's life). Everything else is read as it is at the sample.
+COUNTERS = {
+    "total_energy_consumption_mj",
+    "pcie_tx_bytes",
+    "pcie_rx_bytes",
+    "pcie_replay_counter",
+    "ecc_sbe_vol_total",
+    "ecc_dbe_vol_total",
+    "ecc_sbe_agg_total",
+    "ecc_dbe_agg_total",
+    "nvlink_bandwidth_total_kib",
+    "nvlink_tx_kib",
+    "nvlink_rx_kib",
+}
+
+
+def raw_fields() -> dict[str, dict[str, object]]:
+    text = (SCHEMA_DIR / "raw" / "gpu_device_metrics.avsc").read_text()
+    schema = json.loads(text)
+    assert f"{schema['namespace']}.{schema['name']}" == names.RAW_GPUMETRICS.record
+    return {f["name"]: f for f in schema["fields"]}
+
+
+def test_counters_are_the_cumulative_fields_and_say_so_in_their_doc() -> None:
+    assert {f.field for f in DCGM_FIELDS if f.counter} == COUNTERS
+    for f in DCGM_FIELDS:
+        assert f.counter == ("(counter" in f.doc), f.field
+        assert not f.counter or f.avro == "long", f.field  # a counter counts whole units
+
+
+def test_a_gauge_doc_never_calls_it_a_counter() -> None:
+    gauges = [f for f in DCGM_FIELDS if not f.counter]
+    assert len(gauges) == len(DCGM_FIELDS) - len(COUNTERS) == 19
+    assert all("counter" not in f.doc.replace("PCIE_REPLAY_COUNTER", "") for f in gauges)
+
+
+def test_metric_fields_are_nullable_schema_fields_of_their_type() -> None:
+    fields = raw_fields()
+    assert tuple(f.field for f in DCGM_FIELDS) == METRIC_FIELDS
+    assert len(set(METRIC_FIELDS)) == len(METRIC_FIELDS)
+    for f in DCGM_FIELDS:
+        assert fields[f.field]["type"] == ["null", f.avro], f.field
+        assert fields[f.field]["default"] is None
+        assert f.dcgm in str(fields[f.field]["doc"]), f.field  # a DCGM user finds the name
+
+
+def test_names_are_dcgms_and_the_table_is_frozen() -> None:
+    assert all(f.dcgm.startswith(("DCGM_FI_DEV_", "DCGM_FI_PROF_")) for f in DCGM_FIELDS)
+    assert {f.avro for f in DCGM_FIELDS} == {"long", "double", "boolean"}
+    field = DcgmField("DCGM_FI_X", "x", "long", "A thing (counter).", False)
+    assert field.counter
+    with pytest.raises(AttributeError):
+        field.field = "y"  # type: ignore[misc]
