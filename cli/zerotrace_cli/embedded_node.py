@@ -188,9 +188,9 @@ class EmbeddedNode:
         return dead_letters, self.collector.counters(), dict(self.correlator.http.counters)
 
     def _on_document(self, index: str, doc: dict[str, Any]) -> None:
-        if index == names.INDEX_DEVICES:
-            return  # GPU and RDMA windows: neither a span nor a line of their own in the summary
         self.summary.add(index, doc)
+        if index == names.INDEX_DEVICES:
+            return  # GPU and RDMA windows: a line per device in the summary, none per window
         if self.output == "lines" and index != names.INDEX_TRACE_EDGES:
             line = {names.INDEX_LLM: llm_line, names.INDEX_PROFILES: profile_line}.get(index)
             print((line or span_line)(doc), flush=True)

@@ -86,6 +86,7 @@ def gpu_metrics_feeds(
 def vendor_candidates(clock: Clock, note: Callable[[str], None]) -> list[Candidate]:
     """Every vendor's adapter, unopened (opening one loads its library or runs its tool)."""
     from zerotrace_collector.amd_smi_devices import NO_AMD_SMI, AmdSmiDevices
+    from zerotrace_collector.amdsmi_devices import NO_AMDSMI, AmdSmiPackageDevices
     from zerotrace_collector.gpu_vendor import Candidate
     from zerotrace_collector.npu_smi_devices import NO_NPU_SMI, NpuSmiDevices
     from zerotrace_collector.nvml_devices import NO_NVML, NvmlDevices
@@ -97,6 +98,15 @@ def vendor_candidates(clock: Clock, note: Callable[[str], None]) -> list[Candida
             NO_NVML,
             "no NVML library (libnvidia-ml.so.1)",
             lambda: NvmlDevices(clock, note=note),
+        ),
+        # In-process library calls first; the CLI (a process per reading) where the package
+        # is not installed or cannot start.
+        Candidate(
+            "amd",
+            "AMD GPUs through the amdsmi package",
+            NO_AMDSMI,
+            "no amdsmi Python package",
+            lambda: AmdSmiPackageDevices(note=note),
         ),
         Candidate(
             "amd",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from zerotrace import names
 from zerotrace.self_cost import cost_line, per_second
+from zerotrace_cli.device_view import DevicesSeen
 from zerotrace_cli.llm_view import render_llm_view
 
 if TYPE_CHECKING:
@@ -72,6 +73,9 @@ def draw_live(summary: Summary, elapsed_s: float) -> None:
         f"zerotrace run  {elapsed_s:.0f}s  {summary.spans} spans  "
         f"{len(summary.llm)} LLM requests\n\n"
     )
+    devices = summary.devices.lines()  # none without --gpu-metrics or --rdma
+    if devices:
+        sys.stdout.write("\n".join(devices) + "\n\n")
     sys.stdout.write(render_llm_view(summary.llm, rows=20) + "\n")
     sys.stdout.flush()
 
@@ -91,8 +95,12 @@ class Summary:
         self.profile_samples: Counter[str] = Counter()
         self.trace_links: dict[str, str] = {}  # link id -> rule ("" when taken back)
         self._recent: OrderedDict[str, tuple[str, str, bool]] = OrderedDict()
+        self.devices = DevicesSeen()  # GPU and RDMA windows (--gpu-metrics, --rdma)
 
     def add(self, index: str, doc: dict[str, Any]) -> None:
+        if index == names.INDEX_DEVICES:
+            self.devices.add(doc)
+            return
         if index == names.INDEX_LLM:
             self.llm.append(doc)
             return
@@ -164,6 +172,7 @@ class Summary:
         if rules:
             by_rule = ", ".join(f"{rule} {n}" for rule, n in sorted(rules.items()))
             out.append(f"  trace links: {sum(rules.values())} ({by_rule}); see /traces")
+        out += [f"  {line}" for line in self.devices.lines()]
         if cost is not None:
             rates = _rates(cost, counters.get("events", 0), indexed)
             out.append("  " + cost_line(cost, budget, [("in", rates[0]), ("out", rates[1])]))

@@ -30,9 +30,10 @@ class DcgmField:
 
 
 # dcgm-exporter's default counter list (etc/default-counters.csv) is the checklist; the ones it
-# lists commented out (ECC totals) and a few DCGM fields it lacks (FB reserved and total,
-# clock event reasons, row remap pending) are read too. Counters stay counters: a rate is
-# the difference of two samples over their interval, as Prometheus' rate() takes it.
+# lists commented out (ECC totals; SM activity and occupancy, the FP pipes) and a few DCGM
+# fields it lacks (FB reserved and total, clock event reasons, row remap pending, MIG mode)
+# are read too. Counters stay counters: a rate is the difference of two samples over their
+# interval, as Prometheus' rate() takes it.
 DCGM_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_SM_CLOCK", "sm_clock_mhz", "long", "SM clock, MHz.", True),
     DcgmField("DCGM_FI_DEV_MEM_CLOCK", "mem_clock_mhz", "long", "Memory clock, MHz.", True),
@@ -178,6 +179,74 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
         "clocks_event_reasons",
         "long",
         "Why clocks are below their maximum, a bitmask (formerly CLOCK_THROTTLE_REASONS).",
+        False,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_MIG_MODE",
+        "mig_mode",
+        "boolean",
+        "MIG (Multi-Instance GPU) mode is on now (not the mode pending a reset).",
+        False,
+    ),
+    # DCGM's profiling fields, read on GPUs with GPM (Hopper and newer) through NVML's GPM
+    # metrics, each measured between two samples of the device (the feed's interval). As
+    # DCGM gives them, ratios 0..1 of the interval (GPM says 0..100 %: divided by 100).
+    DcgmField(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "gr_engine_active_ratio",
+        "double",
+        "Share of the interval the graphics or compute engine was active, 0..1 "
+        "(NVML GPM GRAPHICS_UTIL / 100).",
+        True,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "sm_active_ratio",
+        "double",
+        "Share of SM cycles with at least one warp resident, over all SMs, 0..1 "
+        "(NVML GPM SM_UTIL / 100).",
+        False,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "sm_occupancy_ratio",
+        "double",
+        "Warps resident on the SMs over the most they hold, 0..1 (NVML GPM SM_OCCUPANCY / 100).",
+        False,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "pipe_tensor_active_ratio",
+        "double",
+        "Share of cycles any tensor pipe was active, 0..1 (NVML GPM ANY_TENSOR_UTIL / 100).",
+        True,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "dram_active_ratio",
+        "double",
+        "Device memory bandwidth used over its peak, 0..1 (NVML GPM DRAM_BW_UTIL / 100).",
+        True,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+        "pipe_fp64_active_ratio",
+        "double",
+        "Share of cycles the FP64 pipes (not tensor) were active, 0..1 (NVML GPM FP64_UTIL / 100).",
+        False,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+        "pipe_fp32_active_ratio",
+        "double",
+        "Share of cycles the FP32 pipes (not tensor) were active, 0..1 (NVML GPM FP32_UTIL / 100).",
+        False,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+        "pipe_fp16_active_ratio",
+        "double",
+        "Share of cycles the FP16 pipes (not tensor) were active, 0..1 (NVML GPM FP16_UTIL / 100).",
         False,
     ),
 )

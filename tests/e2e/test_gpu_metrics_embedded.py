@@ -4,7 +4,8 @@ records on the in-process bus are read back from the run's local raw log (what `
 replay --local` reads): the exact values of the scripted devices, the NOT_SUPPORTED gap, and
 the scripted XID logged within a second of when it was due. Then the store: profiler-agg's
 device windows in the run's DuckDB `devices` index, with the same exact values, every sample in
-one, the XID once and the NOT_SUPPORTED gap marked. The distributed path is
+one, the XID once and the NOT_SUPPORTED gap marked. GPM on the H100 (DCGM's profiling fields):
+warming up in its first sample, exact ratios after; none on the A10. The distributed path is
 tests/integration/test_nvml_standin.py.
 """
 
@@ -22,7 +23,9 @@ from tests.integration.test_nvml_standin import (
     INTERVAL_S,
     RUN_S,
     check_device_windows,
+    check_gpm_records,
     due_ns_of_the_xid,
+    gpm_samples_logged,
     standin_env,
 )
 from zerotrace import names
@@ -61,6 +64,8 @@ def test_zerotrace_run_logs_exact_gpu_metrics_and_the_xid(codec: AvroCodec, tmp_
     assert a10 and all(
         d["memory_temp_c"] is None and "memory_temp_c" in d["unsupported"] for d in a10
     )
+    check_gpm_records([d for _t, d in logged if d["device_index"] == 0], a10)
+    assert gpm_samples_logged(Path(env[LOG_ENV]).read_text()) == ["gpm_samples allocated 2 freed 2"]
     [(logged_ms, xid)] = [(t, d) for t, d in logged if d["trigger"] == "xid"]
     assert xid["xid_events"][0]["xid"] == 79 and xid["xid_errors"] == 79
     due_ns = due_ns_of_the_xid(Path(env[LOG_ENV]).read_text())

@@ -1,12 +1,16 @@
 """A stand-in model server on a (fake) GPU, and two overlapping clients of it, in one process.
 
-Run as ``python gpu_llm_server.py LIB_DIR PORT``. It dlopens ``LIB_DIR/libcudart.so.12`` (the
-stand-in runtime of tests/harness/fake_cuda), allocates its "weights" with cudaMalloc, then
-serves OpenAI-compatible streaming chat completions on 127.0.0.1:PORT (HTTP/1.1, chunked
-SSE, the usage chunk last) where every output token is LAUNCHES_PER_TOKEN cudaLaunchKernel
-calls and TOKEN_S of waiting, the first after PREFILL_S. Two client threads send REQUESTS,
-the second STAGGER_S after the first, so they overlap; the process exits 0 when both
-streams ended with [DONE].
+Run as ``python gpu_llm_server.py LIB_DIR PORT [--wait]``. It dlopens
+``LIB_DIR/libcudart.so.12`` (the stand-in runtime of tests/harness/fake_cuda), allocates its
+"weights" with cudaMalloc, then serves OpenAI-compatible streaming chat completions on
+127.0.0.1:PORT (HTTP/1.1, chunked SSE, the usage chunk last) where every output token is
+LAUNCHES_PER_TOKEN cudaLaunchKernel calls and TOKEN_S of waiting, the first after PREFILL_S.
+Two client threads send REQUESTS, the second STAGGER_S after the first, so they overlap; the
+process exits 0 when both streams ended with [DONE].
+
+With --wait it first reads one line from stdin and does nothing before: a test starts it,
+scripts a stand-in NVML that reports its pid (read once, when NVML opens), has
+`zerotrace run --pid` follow it, then lets it go.
 """
 
 from __future__ import annotations
@@ -120,6 +124,8 @@ def client(port: int, prompt: int, tokens: int, out: list[bool]) -> None:
 
 def main(argv: list[str]) -> None:
     lib_dir, port = Path(argv[0]), int(argv[1])
+    if argv[2:] == ["--wait"]:
+        sys.stdin.readline()  # the go: everything below happens while observed
     gpu = Gpu(lib_dir)
     gpu.malloc(WEIGHTS_BYTES)
     server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(gpu))

@@ -4,9 +4,12 @@
 process of their own (tests/harness/nvml_standin/sampler.py), each record through the real Avro
 codec. Two scripted devices: exact values, a NOT_SUPPORTED metric as a marked gap, an error
 counted and said once, per-process memory and utilisation named from /proc, and the scripted XID
-in raw.gpumetrics within a second of when it was due. Then the distributed path: `zerotrace
-collector --gpu-metrics` publishing the same to the real Kafka, and the `zerotrace profiler-agg`
-faust worker and the `zerotrace query` indexer making device windows of them in OpenSearch."""
+in raw.gpumetrics within a second of when it was due. GPM (SM activity, occupancy, tensor
+activity, ...) on the H100: warming up in its first sample, then DCGM's ratios exactly, the GPM
+samples freed before NVML shut down; the A10 has no GPM: its GPM fields gaps, said once. Then
+the distributed path: `zerotrace collector --gpu-metrics` publishing the same to the real Kafka,
+and the `zerotrace profiler-agg` faust worker and the `zerotrace query` indexer making device
+windows of them in OpenSearch."""
 
 from __future__ import annotations
 
@@ -75,6 +78,16 @@ field 198 222
 process {gpu_pid} 1073741824
 process_util {gpu_pid} 55 20 0 0
 xid 79 {XID_AFTER_MS}
+mig_mode 0 0
+gpm 1
+gpm_metric 1 87.5
+gpm_metric 2 62.5
+gpm_metric 3 40.625
+gpm_metric 5 37.5
+gpm_metric 10 12.5
+gpm_metric 11 0
+gpm_metric 12 75
+gpm_metric 13 6.25
 device 1
 name NVIDIA A10
 uuid GPU-5a1c0e2d-0000-4000-8000-000000000001
@@ -117,6 +130,7 @@ H100_METRICS: dict[str, Any] = {
     "nvlink_bandwidth_total_kib": 3000,
     "pcie_tx_bytes": 111,
     "pcie_rx_bytes": 222,
+    "mig_mode": False,
     "utilization_pct": 37.0,
     "memory_used_bytes": 5362475008,
     "memory_total_bytes": 85899345920,
@@ -128,9 +142,45 @@ H100_METRICS: dict[str, Any] = {
 }
 
 
+# DCGM's profiling fields from the scripted GPM percentages, as ratios (all exact in binary).
+H100_GPM: dict[str, float] = {
+    "gr_engine_active_ratio": 0.875,
+    "sm_active_ratio": 0.625,
+    "sm_occupancy_ratio": 0.40625,
+    "pipe_tensor_active_ratio": 0.375,
+    "dram_active_ratio": 0.125,
+    "pipe_fp64_active_ratio": 0.0,
+    "pipe_fp32_active_ratio": 0.75,
+    "pipe_fp16_active_ratio": 0.0625,
+}
+A10_NO_GPM = (
+    "GPU 1 (NVIDIA A10): no GPM (needs Hopper or newer): SM activity, occupancy and tensor "
+    "activity not read"
+)
+
+
+def check_gpm_records(h100: list[dict[str, Any]], a10: list[dict[str, Any]]) -> None:
+    """The H100's records in time order: the first warming up (no earlier GPM sample), every
+    later one DCGM's ratios exactly; the A10's GPM fields gaps in every record."""
+    first, *later = sorted(h100, key=lambda d: d["ts_ns"])
+    assert all(first[name] is None for name in H100_GPM)
+    assert first["warming_up"] == list(H100_GPM)
+    assert not set(H100_GPM) & set(first["unsupported"] + first["failed"])
+    assert later and all(
+        {name: d[name] for name in H100_GPM} == H100_GPM and d["warming_up"] == [] for d in later
+    )
+    assert a10 and all(
+        set(H100_GPM) <= set(d["unsupported"])
+        and all(d[name] is None for name in H100_GPM)
+        and d["warming_up"] == []
+        and "mig_mode" in d["unsupported"]
+        for d in a10
+    )
+
+
 GPU0_UUID = "GPU-5a1c0e2d-0000-4000-8000-000000000000"
 COUNTER_FIELDS = {f.field for f in DCGM_FIELDS if f.counter}
-GAUGE_FIELDS = {f.field for f in DCGM_FIELDS if not f.counter} | {
+GAUGE_FIELDS = {f.field for f in DCGM_FIELDS if not f.counter and f.field not in H100_GPM} | {
     "utilization_pct",
     "memory_used_bytes",
     "memory_total_bytes",
@@ -171,6 +221,19 @@ def check_device_windows(windows: list[dict[str, Any]], node: str, xid_due_ns: i
         [process] = w["processes"]
         assert (process["pid"], process["max_used_memory_bytes"]) == (os.getpid(), 1 << 30)
         assert (process["last_used_memory_bytes"], process["mean_sm_util_pct"]) == (1 << 30, 55.0)
+    for name, value in H100_GPM.items():  # every sample but the first (warming up) has them
+        for w in h100:
+            if name in w["metrics"]:
+                n = w["metrics"][name]["samples"]
+                assert w["metrics"][name] == {
+                    "min": value,
+                    "max": value,
+                    "mean": math.fsum([value] * n) / n,
+                    "last": value,
+                    "samples": n,
+                }, name
+        with_gpm = sum(w["metrics"][name]["samples"] for w in h100 if name in w["metrics"])
+        assert with_gpm == sum(w["samples"] for w in h100) - 1, name
     events = [e for w in h100 for e in w["events"]]
     [event] = events
     assert (event["kind"], event["code"]) == ("xid", 79)
@@ -180,6 +243,7 @@ def check_device_windows(windows: list[dict[str, Any]], node: str, xid_due_ns: i
         assert "memory_temp_c" in w["unsupported"] and "memory_temp_c" not in w["metrics"]
         assert w["failed"] == ["power_w"] and "power_w" not in w["metrics"]
         assert "xid_errors" in w["unsupported"] and "xid_errors" not in w["metrics"]
+        assert set(H100_GPM) <= set(w["unsupported"]) and not set(H100_GPM) & set(w["metrics"])
         n = w["samples"]
         assert w["metrics"]["gpu_util_pct"] == {
             "min": 3.0,
@@ -206,7 +270,7 @@ def standin_env(tmp_path: Path) -> dict[str, str]:
 
 def due_ns_of_the_xid(log_text: str) -> int:
     """When the stand-in's one XID (79 on GPU 0) was due, epoch ns."""
-    [line] = log_text.splitlines()
+    [line] = [line for line in log_text.splitlines() if line.startswith("xid ")]
     _xid, device, xid, _due, due_ns, _delivered, _delivered_ns = line.split()
     assert (int(device), int(xid)) == (0, 79)
     return int(due_ns)
@@ -227,6 +291,11 @@ def run_sampler(tmp_path: Path) -> tuple[list[dict[str, Any]], list[str], dict[s
     notes = [line["note"] for line in lines if "note" in line]
     [counters] = [line["counters"] for line in lines if "counters" in line]
     return records, notes, counters, log.read_text() if log.exists() else ""
+
+
+def gpm_samples_logged(log_text: str) -> list[str]:
+    """What the stand-in logged at nvmlShutdown of the GPM samples allocated and freed."""
+    return [line for line in log_text.splitlines() if line.startswith("gpm_samples ")]
 
 
 @pytest.fixture(scope="module")
@@ -259,6 +328,16 @@ def test_every_metric_of_a_device_comes_out_exact(sampled: Any) -> None:
     assert {k: first[k] for k in H100_METRICS} == H100_METRICS
     assert first["device_uuid"] == "GPU-5a1c0e2d-0000-4000-8000-000000000000"
     assert first["xid_errors"] == 0  # events seen, none yet
+
+
+def test_gpm_gives_exact_ratios_after_a_first_sample_warming_up_and_a10_gaps(
+    sampled: Any,
+) -> None:
+    records, _notes, _counters, log = sampled
+    h100 = [r["datum"] for r in records if r["datum"]["device_index"] == 0]
+    check_gpm_records(h100, of(records, 1, "interval"))
+    # Two GPM samples of the H100, from open to close, freed before NVML shut down.
+    assert gpm_samples_logged(log) == ["gpm_samples allocated 2 freed 2"]
 
 
 def test_the_gpu_process_is_named_as_the_node_names_it(sampled: Any) -> None:
@@ -296,8 +375,9 @@ def test_not_supported_is_a_marked_gap_and_another_error_is_counted_and_said_onc
         assert datum["fb_used_bytes"] == 4146608128 and datum["fb_reserved_bytes"] == 0
     assert counters["gpu-metrics.nvml_errors"] == len(a10)
     assert notes == [
+        A10_NO_GPM,  # at open, once
         "NVML error 4 (Insufficient Permissions) reading power_w of GPU 1: such reads are "
-        "left empty and counted (nvml_errors)"
+        "left empty and counted (nvml_errors)",
     ]
 
 
@@ -313,6 +393,7 @@ def test_the_scripted_xid_is_in_raw_gpumetrics_within_a_second(sampled: Any) -> 
     assert event["ts_ns"] >= due_ns - 1_000_000
     assert 0 <= record["emitted_ns"] - due_ns < 1_000_000_000
     assert {k: datum[k] for k in H100_METRICS} == H100_METRICS  # the device's state then
+    assert {k: datum[k] for k in H100_GPM} == H100_GPM  # since the interval sample before
     later = [d for d in of(records, 0, "interval") if d["ts_ns"] > datum["ts_ns"]]
     earlier = [d for d in of(records, 0, "interval") if d["ts_ns"] < datum["ts_ns"]]
     assert later and all(d["xid_errors"] == 79 and d["xid_events"] == [] for d in later)
@@ -376,6 +457,7 @@ def test_the_collector_publishes_them_to_kafka(kafka_bootstrap: str, tmp_path: P
     assert a10 and all(
         "memory_temp_c" in d["unsupported"] and d["failed"] == ["power_w"] for d in a10
     )
+    check_gpm_records([d for _t, d in mine if d["device_index"] == 0], a10)
     [(produced_ms, xid)] = [(t, d) for t, d in mine if d["trigger"] == "xid"]
     assert xid["xid_events"][0]["xid"] == 79 and xid["xid_errors"] == 79
     due_ms = due_ns_of_the_xid(Path(env[LOG_ENV]).read_text()) // 1_000_000
@@ -469,3 +551,68 @@ def test_profiler_agg_and_the_indexer_put_exact_device_windows_in_opensearch(
         store.close()
         agg.stop()
         query.stop()
+
+
+GPM_CONTRACT = """
+import pynvml as nv
+nv.nvmlInit()
+h0, h1 = nv.nvmlDeviceGetHandleByIndex(0), nv.nvmlDeviceGetHandleByIndex(1)
+out = {"support": [nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice for h in (h0, h1)]}
+a, b = nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()
+
+def metrics(one, two, version=nv.NVML_GPM_METRICS_GET_VERSION):
+    get = nv.c_nvmlGpmMetricsGet_t()
+    get.version, get.numMetrics, get.sample1, get.sample2 = version, 2, one, two
+    get.metrics[0].metricId = nv.NVML_GPM_METRIC_SM_OCCUPANCY
+    get.metrics[1].metricId = nv.NVML_GPM_METRIC_INTEGER_UTIL  # not scripted
+    try:
+        nv.nvmlGpmMetricsGet(get)
+    except nv.NVMLError as exc:
+        return exc.value
+    return [(m.nvmlReturn, m.value) for m in get.metrics[:2]]
+
+try:
+    nv.nvmlGpmSampleGet(h1, a)
+except nv.NVMLError as exc:
+    out["a10_sample"] = exc.value
+nv.nvmlGpmSampleGet(h0, a)
+out["one_sample"] = metrics(a, a)
+nv.nvmlGpmSampleGet(h0, b)
+out["in_order"] = metrics(a, b)
+out["reversed"] = metrics(b, a)
+out["old_version"] = metrics(a, b, version=2)
+out["mig"] = nv.nvmlDeviceGetMigMode(h0)
+nv.nvmlGpmSampleFree(a)
+nv.nvmlGpmSampleFree(b)
+nv.nvmlShutdown()
+print(out)
+"""
+
+
+def test_the_standins_gpm_is_pynvmls_layout_and_refuses_a_misuse(tmp_path: Path) -> None:
+    """The stand-in's GPM through pynvml's own ctypes structures: two successive samples of one
+    device give the scripted metrics (an unscripted one NOT_SUPPORTED in its entry); one sample
+    twice, the later first, or another struct version are refused, as a measure over no
+    interval would be wrong. So the adapter's exact values above prove how it measures."""
+    env = standin_env(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", GPM_CONTRACT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == str(
+        {
+            "support": [1, 0],
+            "a10_sample": 3,  # NOT_SUPPORTED
+            "one_sample": 2,  # INVALID_ARGUMENT
+            "in_order": [(0, 40.625), (3, 0.0)],
+            "reversed": 2,
+            "old_version": 25,  # ARGUMENT_VERSION_MISMATCH
+            "mig": [0, 0],
+        }
+    )
+    assert gpm_samples_logged(Path(env[LOG_ENV]).read_text()) == ["gpm_samples allocated 2 freed 2"]

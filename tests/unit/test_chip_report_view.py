@@ -1,6 +1,7 @@
 """The chip comparison report over recorded outputs of an MI300X (amd-smi, ROCm 6.4) and a
 910B (npu-smi 23.0) and a hand-built H100 renders with exact figures as text, and as an HTML
-page whose tables hold the expected rows."""
+page whose tables hold the expected rows; a period from the store (chip_compare's answer)
+renders through the same view, without percentiles and with its counters and gaps."""
 
 from __future__ import annotations
 
@@ -9,11 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from zerotrace_cli.chip_report_view import render_html, render_text
-from zerotrace_collector.chip_report import ChipRow, chip_report
+from tests.unit.device_data import filled_store
+from zerotrace_cli.chip_report_view import (
+    PeriodFacts,
+    counter_label,
+    render_html,
+    render_text,
+    report_metric,
+    rows_of_comparison,
+)
+from zerotrace_collector.chip_report import ChipRow, ReportMetric, chip_report
 from zerotrace_collector.gpu_devices import DeviceInfo, DeviceSample, SampleBuilder
 from zerotrace_collector.smi_recordings import read_recording
 from zerotrace_collector.smi_values import MIB
+from zerotrace_query.chip_compare import ModelsFilter, chip_comparison
 
 pytestmark = pytest.mark.unit
 
@@ -157,3 +167,55 @@ def test_html_escapes_model_names() -> None:
     b.put("gpu_util_pct", 1.0)
     page = render_html(chip_report([b.build()]))
     assert "<b>chip</b>" not in page and "&lt;b&gt;chip&lt;/b&gt;" in page
+
+
+def test_a_period_from_the_store_renders_without_percentiles_and_with_its_facts() -> None:
+    store = filled_store()
+    try:
+        body = chip_comparison(store, ModelsFilter())
+    finally:
+        store.close()
+    rows, facts = rows_of_comparison(body)
+    assert [r.model for r in rows] == ["AMD Instinct MI300X", H100]
+    assert facts[H100] == PeriodFacts(
+        vendor="nvidia",
+        windows=5,
+        xid_count=3,
+        xid_codes=[(48, 1), (63, 1), (79, 1)],
+        counters={"total_energy_consumption_mj": (10_500, 1), "pcie_tx_bytes": (4, 1)},
+        not_given=["row_remap_failure", "ecc_dbe_vol_total"],
+    )
+    parser = _Tables()
+    parser.feed(render_html(rows, "period", facts))
+    parser.close()
+    assert parser.links == 0
+    assert parser.tables["chips"] == [
+        ["Chip model", "Devices", "Samples", "Windows", "XIDs", "XID codes"],
+        ["AMD Instinct MI300X", "1", "4", "4", "0", "-"],
+        [H100, "2", "9", "5", "3", "48 x1, 63 x1, 79 x1"],
+    ]
+    metrics = parser.tables["metrics"]
+    assert metrics[0] == ["Metric", "Unit", "Chip model", "Min", "Mean", "Max", "Gaps"]
+    assert ["Memory used", "GiB", H100, "0.0", "1.8", "4.0", "0%"] in metrics
+    assert ["Memory used share", "%", "AMD Instinct MI300X", "-", "-", "-", "100%"] in metrics
+    assert parser.tables["counters"] == [
+        ["Counter", "Unit", "Chip model", "Increase", "Devices"],
+        ["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "mJ", "AMD Instinct MI300X", "-", "0"],
+        ["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "mJ", H100, "10,500", "1"],
+        ["DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "B", "AMD Instinct MI300X", "-", "0"],
+        ["DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "B", H100, "4", "1"],
+        ["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "", "AMD Instinct MI300X", "12", "1"],
+        ["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "", H100, "-", "0"],
+    ]
+    assert parser.tables["not-given"][2] == [H100, "row_remap_failure, ecc_dbe_vol_total"]
+
+
+def test_metric_labels_and_units() -> None:
+    assert report_metric("sm_clock_mhz") == ReportMetric("sm_clock_mhz", "Compute clock", "MHz")
+    assert report_metric("enc_util_pct") == ReportMetric("enc_util_pct", "Encoder utilisation", "%")
+    assert report_metric("fb_free_bytes") == ReportMetric(
+        "fb_free_bytes", "Framebuffer free", "GiB", 1 / 1024**3
+    )
+    assert report_metric("row_remap_failure").label == "A row remapping failed"
+    assert counter_label("nvlink_tx_kib") == ("DCGM_FI_PROF_NVLINK_TX_BYTES", "KiB")
+    assert counter_label("ecc_sbe_vol_total") == ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "")

@@ -14,9 +14,11 @@ from zerotrace.codec import AvroCodec
 from zerotrace.errors import PoisonInput
 from zerotrace.gpu_fields import DCGM_FIELDS
 from zerotrace_profiler_agg.device_windows import (
+    HEALTH_ORDER,
     MAX_CLOSED_MARKS,
     DeviceWindows,
     flow_label,
+    health_rank,
     rdma_vendor,
 )
 
@@ -119,6 +121,7 @@ def test_gauges_are_exact_min_max_last_and_an_fsum_mean() -> None:
     assert (w["window_start_ns"], w["window_end_ns"]) == (T0, T0 + W)
     assert (w["flow"], w["pid"], w["process_name"], w["interval_ns"]) == ("", None, None, None)
     assert w["driver_version"] == "550.54.15"
+    assert (w["health"], w["health_worst"]) == (None, None)  # NVML gives no verdict
 
 
 def test_every_dcgm_gauge_is_a_metric_every_counter_a_counter_and_booleans_are_0_or_1() -> None:
@@ -240,6 +243,31 @@ def test_process_use_over_the_window() -> None:
             "mean_sm_util_pct": math.fsum([50.0, 55.5]) / 2,
         },
     ]
+
+
+def health_of(*verdicts: str | None) -> tuple[str | None, str | None]:
+    """(health, health_worst) of one window of samples with these verdicts."""
+    f = fold()
+    for i, verdict in enumerate(verdicts):
+        f.add_gpu(gpu(T0 + i * S, vendor="ascend", health=verdict))
+    [w] = f.flush()
+    return w["health"], w["health_worst"]
+
+
+def test_health_is_the_last_verdict_and_the_worst_is_kept_when_not_ok() -> None:
+    assert health_of("OK", "OK") == ("OK", None)
+    assert health_of("OK", "Alarm", "Warning", "OK") == ("OK", "Alarm")
+    assert health_of("Critical", "Alarm") == ("Alarm", "Critical")
+    assert health_of("Warning", None) == ("Warning", "Warning")  # a sample without: kept
+    assert health_of(None, None) == (None, None)
+
+
+def test_health_order_ignores_case_and_an_unknown_verdict_ranks_after_critical() -> None:
+    assert [health_rank(h) for h in ("OK", "warning", " ALARM", "Critical")] == [0, 1, 2, 3]
+    assert health_rank("Unknown") == health_rank("Fatal") == len(HEALTH_ORDER) == 4
+    assert health_of("Critical", "Unknown", "CRITICAL") == ("CRITICAL", "Unknown")
+    assert health_of("Unknown", "Fatal") == ("Fatal", "Unknown")  # the first of equals
+    assert health_of("warning", "Warning") == ("Warning", "warning")  # as given
 
 
 def test_clock_reasons_are_the_last_samples() -> None:
@@ -420,13 +448,16 @@ def test_every_window_encodes_and_decodes_unchanged(codec: AvroCodec) -> None:
             xid_events=[{"xid": 79, "ts_ns": T0 - 5}],
             processes=[use(9, 1 << 30, 55.0)],
             unsupported=["memory_temp_c"],
+            health="OK",
         )
     )
+    f.add_gpu(gpu(T0 + S, health="Alarm"))
     f.add_rdma(
         rdma(T0, {"port_rcv_data": 4}, {"port_rcv_data": 0.25}, source="RDMA_STATISTIC", pid=3)
     )
     windows = f.flush()
     assert len(windows) == 2
+    assert (windows[0]["health"], windows[0]["health_worst"]) == ("Alarm", "Alarm")
     record = names.DERIVED_DEVICE.record
     for w in windows:
         assert codec.decode(codec.encode(record, w)) == (record, w)

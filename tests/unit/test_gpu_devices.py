@@ -20,7 +20,9 @@ from zerotrace_collector.gpu_devices import (
 
 pytestmark = pytest.mark.unit
 
-# The uncommented lines of dcgm-exporter's etc/default-counters.csv (NVIDIA/dcgm-exporter).
+# The uncommented lines of dcgm-exporter's etc/default-counters.csv (NVIDIA/dcgm-exporter), with
+# the three profiling fields of its "DCP metrics" lines (SM activity and occupancy and the FP
+# pipes are there commented out).
 DCGM_EXPORTER_DEFAULTS = (
     "DCGM_FI_DEV_SM_CLOCK",
     "DCGM_FI_DEV_MEM_CLOCK",
@@ -43,6 +45,9 @@ DCGM_EXPORTER_DEFAULTS = (
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
     "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_DRAM_ACTIVE",
 )
 DEVICE = DeviceInfo(0, "GPU-0", "NVIDIA H100 80GB HBM3")
 
@@ -97,12 +102,28 @@ def test_a_failed_read_is_null_and_named_failed_not_unsupported() -> None:
     assert sample.metrics["power_w"] is None
 
 
+def test_a_metric_warming_up_is_null_and_named_so_not_unsupported() -> None:
+    b = SampleBuilder(DEVICE, 7)
+    b.put("sm_active_ratio", 0.5)
+    b.warm_up(["sm_active_ratio", "sm_occupancy_ratio"])  # a value put before does not stay
+    b.warm_up(["power_w"])
+    b.fail(["power_w"])  # failed wins: the read was tried and failed
+    sample = b.build()
+    assert sample.warming_up == ("sm_active_ratio", "sm_occupancy_ratio")  # table order
+    assert sample.metrics["sm_active_ratio"] is None
+    assert sample.failed == ("power_w",)
+    assert not {"sm_active_ratio", "sm_occupancy_ratio", "power_w"} & set(sample.unsupported)
+    assert len(sample.unsupported) == len(METRIC_FIELDS) - 3
+
+
 def test_an_unknown_metric_name_is_a_bug_not_a_silent_field() -> None:
     b = SampleBuilder(DEVICE, 7)
     with pytest.raises(KeyError):
         b.put("gpu_utilisation", 1)
     with pytest.raises(KeyError):
         b.fail(["gpu_utilisation"])
+    with pytest.raises(KeyError):
+        b.warm_up(["sm_activity"])
 
 
 def test_with_xid_fills_the_last_xid_and_clears_its_gap() -> None:

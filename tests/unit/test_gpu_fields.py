@@ -46,7 +46,7 @@ def test_counters_are_the_cumulative_fields_and_say_so_in_their_doc() -> None:
 
 def test_a_gauge_doc_never_calls_it_a_counter() -> None:
     gauges = [f for f in DCGM_FIELDS if not f.counter]
-    assert len(gauges) == len(DCGM_FIELDS) - len(COUNTERS) == 19
+    assert len(gauges) == len(DCGM_FIELDS) - len(COUNTERS) == 28
     assert all("counter" not in f.doc.replace("PCIE_REPLAY_COUNTER", "") for f in gauges)
 
 
@@ -58,6 +58,27 @@ def test_metric_fields_are_nullable_schema_fields_of_their_type() -> None:
         assert fields[f.field]["type"] == ["null", f.avro], f.field
         assert fields[f.field]["default"] is None
         assert f.dcgm in str(fields[f.field]["doc"]), f.field  # a DCGM user finds the name
+
+
+def test_the_profiling_fields_are_ratios_as_dcgm_gives_them() -> None:
+    prof = [f for f in DCGM_FIELDS if f.dcgm.startswith("DCGM_FI_PROF_") and "NVLINK" not in f.dcgm]
+    assert [f.field for f in prof] == [
+        "gr_engine_active_ratio",
+        "sm_active_ratio",
+        "sm_occupancy_ratio",
+        "pipe_tensor_active_ratio",
+        "dram_active_ratio",
+        "pipe_fp64_active_ratio",
+        "pipe_fp32_active_ratio",
+        "pipe_fp16_active_ratio",
+    ]
+    assert all(f.avro == "double" and "0..1" in f.doc and not f.counter for f in prof)
+    defaults = {f.dcgm for f in prof if f.exporter_default}
+    assert defaults == {
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+    }
 
 
 def test_names_are_dcgms_and_the_table_is_frozen() -> None:

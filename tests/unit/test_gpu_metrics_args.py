@@ -20,6 +20,7 @@ from zerotrace_cli.gpu_metrics_args import (
 from zerotrace_cli.node_feeds import node_feeds
 from zerotrace_collector import gpu_metrics_feed, gpu_vendor
 from zerotrace_collector.amd_smi_devices import AmdSmiDevices
+from zerotrace_collector.amdsmi_devices import AmdSmiPackageDevices
 from zerotrace_collector.gpu_metrics_feed import GpuMetricsFeed
 from zerotrace_collector.gpu_vendor import VendorChoice
 from zerotrace_collector.npu_smi_devices import NpuSmiDevices
@@ -46,17 +47,22 @@ def test_gpu_metrics_builds_one_feed_at_the_interval_choosing_the_vendor_at_atta
     assert isinstance(feed, GpuMetricsFeed) and isinstance(feed.source, VendorChoice)
     assert feed.source.choice == "auto" and feed.source.chosen is None  # nothing opened yet
     assert feed._schedule.interval_s == 0.25
-    assert [c.choice for c in feed.source._tried] == ["nvidia", "amd", "ascend"]
+    assert [c.choice for c in feed.source._tried] == ["nvidia", "amd", "amd", "ascend"]
 
 
 @pytest.mark.parametrize(
     ("vendor", "adapter"),
-    [("nvidia", NvmlDevices), ("amd", AmdSmiDevices), ("ascend", NpuSmiDevices)],
+    [
+        ("nvidia", [NvmlDevices]),
+        ("amd", [AmdSmiPackageDevices, AmdSmiDevices]),  # the package first, then the CLI
+        ("ascend", [NpuSmiDevices]),
+    ],
 )
-def test_a_named_vendor_tries_its_adapter_alone(vendor: str, adapter: type) -> None:
+def test_a_named_vendor_tries_its_adapters_alone(vendor: str, adapter: list[type]) -> None:
     [feed] = gpu_metrics_feeds(parse("--gpu-metrics", "--gpu-vendor", vendor), "node")
-    [candidate] = feed.source._tried
-    assert candidate.choice == vendor and isinstance(candidate.make(), adapter)
+    tried = feed.source._tried
+    assert [c.choice for c in tried] == [vendor] * len(adapter)
+    assert [type(c.make()) for c in tried] == adapter
 
 
 def test_the_cli_choices_are_the_collectors() -> None:

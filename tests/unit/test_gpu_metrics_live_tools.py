@@ -165,7 +165,8 @@ def test_a_named_vendor_not_there_is_one_line_and_an_idle_feed(
     closing.append(feed)
     feed.attach()
     assert said(capsys) == [
-        "GPU metrics (--gpu-vendor amd): no amd-smi or rocm-smi on PATH: skipped"
+        "GPU metrics (--gpu-vendor amd): no amdsmi Python package, "
+        "no amd-smi or rocm-smi on PATH: skipped"
     ]
     assert feed.poll(0) == [] and feed.poll(1) == []
 
@@ -177,8 +178,8 @@ def test_auto_with_nothing_there_is_one_line(
     closing.append(feed)
     feed.attach()
     assert said(capsys) == [
-        "GPU metrics: no NVML library (libnvidia-ml.so.1), no amd-smi or rocm-smi on PATH, "
-        "no npu-smi on PATH: skipped"
+        "GPU metrics: no NVML library (libnvidia-ml.so.1), no amdsmi Python package, "
+        "no amd-smi or rocm-smi on PATH, no npu-smi on PATH: skipped"
     ]
 
 

@@ -67,6 +67,7 @@ def full_sample() -> Any:
     b.put("clocks_event_reasons", 0x44)
     b.reason_names = ("SwPowerCap", "HwThermalSlowdown")
     b.fail(["sm_clock_mhz"])
+    b.warm_up(["sm_active_ratio"])
     b.processes = (ProcessGpuUse(4242, 1 << 30, 55.0, 20.0, 0.0, 0.0), ProcessGpuUse(77))
     return b.build()
 
@@ -90,6 +91,8 @@ def test_a_sample_becomes_the_datum_with_gaps_marked() -> None:
     assert datum["sm_clock_mhz"] is None and datum["failed"] == ["sm_clock_mhz"]
     assert datum["power_w"] == 123.456
     assert "sm_clock_mhz" not in datum["unsupported"] and "mem_clock_mhz" in datum["unsupported"]
+    assert datum["sm_active_ratio"] is None and datum["warming_up"] == ["sm_active_ratio"]
+    assert "sm_active_ratio" not in datum["unsupported"]
     assert datum["clocks_event_reason_names"] == ["SwPowerCap", "HwThermalSlowdown"]
     assert datum["xid_events"] == [{"xid": 79, "ts_ns": 990}]
     assert datum["trigger"] == "xid" and datum["driver_version"] == "550.54.15"
@@ -176,6 +179,7 @@ def test_records_of_the_first_version_and_the_new_read_each_other() -> None:
     assert as_old == {f["name"]: datum[f["name"]] for f in FIRST_VERSION["fields"]}  # type: ignore[index]
     _name, as_new = new.decode(old.encode(RECORD, as_old))
     assert as_new["gpu_util_pct"] is None and as_new["unsupported"] == []
+    assert as_new["warming_up"] == [] and as_new["sm_active_ratio"] is None
     assert as_new["trigger"] == "interval" and as_new["processes"] == []
     assert as_new["health"] is None
     assert as_new["utilization_pct"] == 37.0

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.unit.device_data import FLOW, T0, WINDOW_NS, filled_store, gpu_a0, rdma_sysfs
+from zerotrace_query.chip_compare import ModelsFilter, chip_comparison
 from zerotrace_query.device_search import DeviceFilter, device_list
 from zerotrace_query.http_api import HttpApi
 
@@ -85,6 +86,21 @@ def test_rdma_ports_and_windows(api: str) -> None:
     assert [w["flow"] for w in body["windows"]] == [FLOW, FLOW]
 
 
+def test_gpu_models_compares_the_chip_models_of_a_period(api: str) -> None:
+    status, body = get(f"{api}/api/v1/gpu/models?from={T0 + WINDOW_NS}&to={T0 + 3 * WINDOW_NS}")
+    assert status == 200
+    store = filled_store()
+    try:
+        flt = ModelsFilter(start_ns_from=T0 + WINDOW_NS, start_ns_to=T0 + 3 * WINDOW_NS)
+        assert body == chip_comparison(store, flt)
+    finally:
+        store.close()
+    assert [(m["vendor"], m["devices"], m["windows"]) for m in body["models"]] == [
+        ("amd", 1, 2),
+        ("nvidia", 1, 2),
+    ]
+
+
 @pytest.mark.parametrize(
     ("path", "error"),
     [
@@ -94,6 +110,7 @@ def test_rdma_ports_and_windows(api: str) -> None:
         ),
         ("/api/v1/rdma/windows?pid=x", "query parameter 'pid' must be an integer"),
         ("/api/v1/gpu/events?limit=5000", "'limit' must be between 1 and 1000"),
+        ("/api/v1/gpu/models?to=x", "query parameter 'to' must be an integer"),
     ],
 )
 def test_a_bad_parameter_is_400_and_one_line(api: str, path: str, error: str) -> None:
@@ -103,6 +120,11 @@ def test_a_bad_parameter_is_400_and_one_line(api: str, path: str, error: str) ->
 def test_the_404_names_the_device_routes(api: str) -> None:
     status, body = get(f"{api}/api/v1/gpu")
     assert status == 404
-    for route in ("/api/v1/gpu/devices", "/api/v1/gpu/windows", "/api/v1/gpu/events"):
+    for route in (
+        "/api/v1/gpu/devices",
+        "/api/v1/gpu/windows",
+        "/api/v1/gpu/events",
+        "/api/v1/gpu/models",
+    ):
         assert route in body["error"]
     assert "/api/v1/rdma/ports" in body["error"] and "/api/v1/rdma/windows" in body["error"]

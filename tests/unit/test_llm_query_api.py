@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
+from tests.unit import test_llm_gpu_cost_store as gpu_cost
 from tests.unit.test_llm_query_documents import (
     MS,
     S,
@@ -23,14 +24,17 @@ from zerotrace import names
 from zerotrace.bus_memory import InMemoryBroker
 from zerotrace.codec import AvroCodec
 from zerotrace.store_duckdb import DuckDBStore
+from zerotrace_query import llm_gpu_cost_store
+from zerotrace_query.documents import DEVICE_WINDOWS, LLM_REQUESTS, PROFILES
 from zerotrace_query.grpc_api import (
     GrpcApi,
     list_llm_requests_rpc,
     llm_concurrency_rpc,
     llm_percentiles_rpc,
+    llm_request_message,
 )
 from zerotrace_query.http_api import HttpApi, parse_llm_filter
-from zerotrace_query.llm_search import LlmFilter, llm_percentiles
+from zerotrace_query.llm_search import LlmFilter, list_llm_requests, llm_percentiles
 
 END = 1_700_000_400 * S  # a whole minute, so 60 s buckets line up with the window
 REQUESTS = realistic_requests(END, 120)
@@ -158,6 +162,10 @@ def test_grpc_mirrors_http(apis: tuple[str, str, DuckDBStore]) -> None:
     first = via_grpc.requests[0]
     assert first.observation_point == "SERVER" and first.status in ("ok", "error")
     assert first.HasField("output_tokens") == (via_http["requests"][0]["output_tokens"] is not None)
+    # No GPU windows in this store: the GPU cost fields are unset, not 0.
+    assert via_http["requests"][0]["gpu_time_ns"] is None
+    for field in (*llm_gpu_cost_store.FIELDS, llm_gpu_cost_store.PARTIAL):
+        assert not first.HasField(field), field
 
     frm = END - 600 * S
     http_stats = get(f"{url}/api/v1/llm/percentiles?from={frm}&to={END}&bucket_s=60")
@@ -334,3 +342,48 @@ def test_a_bad_observation_point_is_refused_by_name(both_ends: tuple[str, str]) 
         llm_percentiles_rpc(address, observation_point="everything")
     assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "'observation_point'" in (bad.value.details() or "")
+
+
+def test_grpc_carries_each_request_s_gpu_cost_as_the_listing_has_it() -> None:
+    store = DuckDBStore()
+    for spec in (LLM_REQUESTS, PROFILES, DEVICE_WINDOWS):
+        store.ensure_index(spec)
+    gpu_cost.fill(store, LLM_REQUESTS.name, gpu_cost.REQUESTS, "request_id")
+    gpu_cost.fill(store, PROFILES.name, gpu_cost.WINDOWS, "window_id")
+    rpc = GrpcApi(store, port=0).start()
+    try:
+        via_grpc = list_llm_requests_rpc(rpc.address, observation_point="all")
+        listed = list_llm_requests(store, LlmFilter(observation_point="all"))
+    finally:
+        rpc.stop()
+        store.close()
+    got = {r.request_id: r for r in via_grpc.requests}
+    want = {r["request_id"]: r for r in listed["requests"]}
+    a, b = got["a"], got["b"]
+    assert a.gpu_time_ns == round(gpu_cost.SHARE_A * S) == want["a"]["gpu_time_ns"]
+    assert b.gpu_time_ns == round(gpu_cost.SHARE_B * S)
+    assert (a.gpu_launches, b.gpu_launches) == (99 * 12 / 20, 99 * 8 / 20)
+    assert a.gpu_memory_byte_s == want["a"]["gpu_memory_byte_s"] > 0
+    assert a.gpu_cost_method == (
+        "tokens-processed/v1 time=GPU_TIME launches=GPU_LAUNCH memory=GPU_MEM_INUSE"
+    )
+    assert not a.HasField("gpu_cost_partial")
+    for rid in ("other-pid", "client"):  # no GPU windows of its own: unset, not 0
+        for field in (*llm_gpu_cost_store.FIELDS, llm_gpu_cost_store.PARTIAL):
+            assert not got[rid].HasField(field), (rid, field)
+
+
+def test_a_partial_gpu_cost_says_so_and_zero_stays_a_value() -> None:
+    doc = {
+        "request_id": "r",
+        "gpu_time_ns": 0,
+        "gpu_launches": 0.0,
+        "gpu_memory_byte_s": None,
+        "gpu_cost_method": "tokens-processed/v1 time=nvml_sm_util",
+        "gpu_cost_partial": True,
+    }
+    message = llm_request_message(doc)
+    assert message.HasField("gpu_time_ns") and message.gpu_time_ns == 0
+    assert message.HasField("gpu_launches") and message.gpu_launches == 0.0
+    assert not message.HasField("gpu_memory_byte_s")
+    assert message.gpu_cost_partial is True

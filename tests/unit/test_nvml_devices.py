@@ -1,6 +1,7 @@
 """The NVML adapter (zerotrace_collector/nvml_devices.py) over a twin of the pynvml module: what
 each call gives, how an error is told by its value (a gap, or a gap counted and said once),
-the older calls of older drivers, the XID events. pynvml's own error classes are used (importing
+the older calls of older drivers, the XID events. Its GPM part (nvml_gpm.py) is
+tests/unit/test_nvml_gpm.py, over the same twin. pynvml's own error classes are used (importing
 pynvml loads no library). The adapter over a real library, the stand-in built from C, is
 tests/integration/test_nvml_standin.py."""
 
@@ -62,6 +63,20 @@ FULL = {
     "processes": [(4242, 1 << 30), (4343, None)],
     "process_util": [(4242, 10, 55, 20, 0, 0)],
     "event_types": 0x8,
+    "mig": [0, 0],
+    "gpm_support": SimpleNamespace(isSupportedDevice=1),
+    # GPM percentages by NVML_GPM_METRIC_* id (exact in binary: their ratios are exact too)
+    "gpm": {1: 62.5, 2: 50.0, 3: 25.0, 5: 37.5, 10: 12.5, 11: 0.0, 12: 75.0, 13: 6.25},
+}
+GPM_RATIOS = {
+    "gr_engine_active_ratio": 0.625,
+    "sm_active_ratio": 0.5,
+    "sm_occupancy_ratio": 0.25,
+    "pipe_tensor_active_ratio": 0.375,
+    "dram_active_ratio": 0.125,
+    "pipe_fp64_active_ratio": 0.0,
+    "pipe_fp32_active_ratio": 0.75,
+    "pipe_fp16_active_ratio": 0.0625,
 }
 EXPECTED = {
     "gpu_util_pct": 37,
@@ -94,13 +109,36 @@ EXPECTED = {
     "pcie_tx_bytes": 111,
     "pcie_rx_bytes": 222,
     "xid_errors": None,  # events, not a read: the feed fills it
+    "mig_mode": False,
+    **{name: None for name in GPM_RATIOS},  # the first sample: no interval yet
 }
+
+
+class FakeGpmSample:
+    """An nvmlGpmSample_t: which device filled it, at which GPM read of the fake."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.device: int | None = None
+        self.taken = 0
+
+
+class FakeMetricsGet:
+    """nvmlGpmMetricsGet_t's members, as pynvml's ctypes structure has them."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: Any = None
+        self.sample2: Any = None
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(32)]
 
 
 class FakeNvml:
     """pynvml's functions as the adapter calls them, over scripted devices."""
 
     NVMLError = pynvml.NVMLError
+    c_nvmlGpmMetricsGet_t = FakeMetricsGet
 
     def __init__(self, *devices: dict[str, Any], init_error: int = 0) -> None:
         self.devices = list(devices)
@@ -109,6 +147,9 @@ class FakeNvml:
         self.events: list[Any] = []  # what nvmlEventSetWait_v2 returns, in turn
         self.registered: list[int] = []
         self.freed = self.shut = False
+        self.gpm_samples: list[FakeGpmSample] = []  # allocated
+        self.gpm_freed: list[int] = []  # their numbers, freed
+        self.gpm_reads = 0
 
     def _get(self, name: str, h: Any, key: str) -> Any:
         self.calls.append(name)
@@ -229,6 +270,50 @@ class FakeNvml:
     def nvmlEventSetFree(self, event_set: Any) -> None:
         self.freed = True
 
+    def nvmlDeviceGetMigMode(self, h: Any) -> Any:
+        return self._get("mig", h, "mig")
+
+    def nvmlGpmQueryDeviceSupport(self, h: Any) -> Any:
+        return self._get("gpm_query", h, "gpm_support")
+
+    def nvmlGpmSampleAlloc(self) -> FakeGpmSample:
+        self.calls.append("gpm_alloc")
+        sample = FakeGpmSample(len(self.gpm_samples))
+        self.gpm_samples.append(sample)
+        return sample
+
+    def nvmlGpmSampleFree(self, sample: FakeGpmSample) -> None:
+        assert not self.shut, "GPM samples are freed before NVML shuts down"
+        self.calls.append("gpm_free")
+        self.gpm_freed.append(sample.number)
+
+    def nvmlGpmSampleGet(self, h: Any, sample: FakeGpmSample) -> FakeGpmSample:
+        error = self.devices[h.index].get("gpm_sample_error")
+        self.calls.append("gpm_sample")
+        if error is not None:
+            raise pynvml.NVMLError(error)
+        self.gpm_reads += 1
+        sample.device, sample.taken = h.index, self.gpm_reads
+        return sample
+
+    def nvmlGpmMetricsGet(self, get: FakeMetricsGet) -> FakeMetricsGet:
+        """As NVML: the metrics between two samples of one device, the earlier first."""
+        self.calls.append("gpm_metrics")
+        one, two = get.sample1, get.sample2
+        assert get.version == pynvml.NVML_GPM_METRICS_GET_VERSION
+        assert one is not two and one.device == two.device is not None
+        assert 0 < one.taken < two.taken
+        scripted = self.devices[two.device]["gpm"]
+        if isinstance(scripted, Err):
+            raise pynvml.NVMLError(scripted.code)
+        for metric in get.metrics[: get.numMetrics]:
+            value = scripted.get(metric.metricId, Err(NOT_SUPPORTED))
+            if isinstance(value, Err):
+                metric.nvmlReturn, metric.value = value.code, 0.0
+            else:
+                metric.nvmlReturn, metric.value = 0, value
+        return get
+
 
 def opened(fake: FakeNvml) -> tuple[NvmlDevices, list[DeviceInfo]]:
     nvml = NvmlDevices(ManualClock(5_000), nvml=fake)
@@ -243,6 +328,7 @@ def test_every_metric_of_a_device_comes_out_exact() -> None:
     assert sample.ts_ns == 77 and sample.device.model == "NVIDIA H100 80GB HBM3"
     assert dict(sample.metrics) == EXPECTED
     assert sample.unsupported == ("xid_errors",) and sample.failed == ()
+    assert sample.warming_up == tuple(GPM_RATIOS)  # GPM needs two samples
     assert sample.clocks_event_reason_names == ("SwPowerCap", "HwThermalSlowdown")
     assert sample.processes == (
         ProcessGpuUse(4242, 1 << 30, 55.0, 20.0, 0.0, 0.0),
@@ -251,9 +337,15 @@ def test_every_metric_of_a_device_comes_out_exact() -> None:
     # What a sample costs: one call per read below, the field values in one.
     assert fake.calls == [
         "util", "enc", "dec", "memory_v2", "temperature_v", "power", "energy", "clock_1",
-        "clock_2", "event_reasons", "remapped", "fields", "processes", "process_util",
+        "clock_2", "event_reasons", "remapped", "mig", "fields", "gpm_sample", "processes",
+        "process_util",
     ]  # fmt: skip
     assert nvml.errors == 0 and nvml.notes == []
+    fake.calls.clear()
+    second = nvml.sample(device, 78)  # GPM between the two samples: DCGM's ratios
+    assert dict(second.metrics) == {**EXPECTED, **GPM_RATIOS}
+    assert (second.unsupported, second.failed, second.warming_up) == (("xid_errors",), (), ())
+    assert fake.calls.count("gpm_sample") == fake.calls.count("gpm_metrics") == 1
 
 
 def test_a_metric_the_device_does_not_give_is_a_gap_not_an_error() -> None:

@@ -8,10 +8,14 @@ import pytest
 from zerotrace_collector.gpu_devices import METRIC_FIELDS, ProcessGpuUse
 from zerotrace_collector.nvml_readings import (
     FIELD_READS,
+    GPM_FIELDS,
+    GPM_READS,
     NOT_AVAILABLE_ULL,
+    gpm_ratio,
     is_gap,
     is_older_driver,
     merge_processes,
+    no_gpm_line,
     not_available,
     nvlink_total,
     reason_names,
@@ -33,6 +37,26 @@ def test_field_reads_fill_known_metrics_once() -> None:
     assert set(names) <= set(METRIC_FIELDS)
     nvlink = {f.field_id: f.scope_id for f in FIELD_READS if f.name.startswith("nvlink")}
     assert nvlink == {138: 0xFFFFFFFF, 139: 0xFFFFFFFF}  # summed over every link
+
+
+def test_gpm_reads_fill_known_metrics_once_each_a_dcgm_profiling_field() -> None:
+    assert tuple(r.name for r in GPM_READS) == GPM_FIELDS
+    assert len(set(GPM_FIELDS)) == len(GPM_FIELDS) == 8
+    assert set(GPM_FIELDS) <= set(METRIC_FIELDS)
+    assert len({r.metric_id for r in GPM_READS}) == 8
+
+
+def test_a_gpm_percentage_is_dcgms_ratio_and_not_a_number_is_none() -> None:
+    assert gpm_ratio(62.5) == 0.625 and gpm_ratio(0.0) == 0.0 and gpm_ratio(100.0) == 1.0
+    assert gpm_ratio(33.3) == 33.3 / 100  # as IEEE division gives it, no rounding of ours
+    assert gpm_ratio(float("nan")) is None and gpm_ratio(float("inf")) is None
+
+
+def test_the_no_gpm_line_names_the_device_and_what_is_not_read() -> None:
+    assert no_gpm_line(1, "NVIDIA A10", "no GPM (needs Hopper or newer)") == (
+        "GPU 1 (NVIDIA A10): no GPM (needs Hopper or newer): SM activity, occupancy and "
+        "tensor activity not read"
+    )
 
 
 def test_reason_names_name_each_bit_and_keep_unknown_ones_as_hex() -> None:

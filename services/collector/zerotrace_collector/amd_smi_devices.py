@@ -1,11 +1,11 @@
 """AMD GPUs through the ``amd-smi`` CLI (``rocm-smi`` where only it is installed): the I/O
 shell of the GPU device port (:class:`~zerotrace_collector.gpu_devices.GpuDeviceSource`).
 
-The ``amdsmi`` Python package is not used: it loads ROCm's ``libamd_smi.so`` and is always
-installed together with the ``amd-smi`` CLI (both come in amd-smi-lib), so the CLI is there
-wherever the package could work, and its JSON is one format to parse and to record as test
-fixtures. Without either tool the adapter raises
-:class:`~zerotrace.errors.FeatureUnavailable` with one line and everything else runs.
+Where ROCm's ``amdsmi`` Python package can start, ``amdsmi_devices.py`` reads it in-process
+instead (gpu_vendor tries it first) and maps its answers through this module's parser; the CLI
+is the fallback, and its JSON is the format recorded as test fixtures. Without either tool
+the adapter raises :class:`~zerotrace.errors.FeatureUnavailable` with one line and everything
+else runs.
 
 One reading of all GPUs is two runs (``metric --json``, ``process --json``), made for the
 first device of a tick and reused for the others of the same *ts_ns*. A run or parse that

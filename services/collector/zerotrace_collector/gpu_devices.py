@@ -5,7 +5,8 @@ A sample is one device at one time. Its metrics are named after DCGM's fields (:
 is the table, DCGM name -> zerotrace field), so a DCGM user recognises each, and they are the
 fields of ``zerotrace.raw.GpuDeviceMetrics``. A metric the device does not give is a *gap*: the
 field is null and its name is in ``unsupported`` (NVML_ERROR_NOT_SUPPORTED and the like); a read
-that failed otherwise is null and named in ``failed``. Never 0 for unknown.
+that failed otherwise is null and named in ``failed``; a metric measured between two samples (the
+GPM ones) with no earlier sample yet is null and named in ``warming_up``. Never 0 for unknown.
 
 The adapter (:class:`GpuDeviceSource`) is the I/O shell of one vendor library (NVML for NVIDIA:
 ``nvml_devices.py``); the feed (``gpu_metrics_feed.py``) owns the interval and the events thread,
@@ -86,17 +87,22 @@ class DeviceSample:
     # The vendor's own verdict, as its tool prints it (npu-smi's OK, Warning, Alarm, Critical);
     # None where the vendor gives none (NVML: health is read from XIDs, ECC, remapped rows).
     health: str | None = None
+    # Fields measured between two samples that had no earlier one to measure from (the first
+    # sample after start): neither unsupported nor failed, they come with the next sample.
+    warming_up: tuple[str, ...] = ()
 
 
 @dataclass
 class SampleBuilder:
     """Collects one device's readings; every field not put is a gap (unsupported unless said
-    failed), so a metric a vendor adapter forgot to read can never look like a value."""
+    failed or warming up), so a metric a vendor adapter forgot to read can never look like a
+    value."""
 
     device: DeviceInfo
     ts_ns: int
     _values: dict[str, MetricValue] = field(default_factory=dict)
     _failed: list[str] = field(default_factory=list)
+    _warming: list[str] = field(default_factory=list)
     reason_names: tuple[str, ...] = ()
     processes: tuple[ProcessGpuUse, ...] = ()
     health: str | None = None
@@ -117,11 +123,22 @@ class SampleBuilder:
             self._values.pop(name, None)
             self._failed.append(name)
 
+    def warm_up(self, names: Sequence[str]) -> None:
+        """*names* are measured between two samples and this is the first: no value yet."""
+        for name in names:
+            if name not in _KNOWN:
+                raise KeyError(f"{name} is not a GpuDeviceMetrics metric")
+            self._values.pop(name, None)
+            self._warming.append(name)
+
     def build(self) -> DeviceSample:
         metrics = {name: self._values.get(name) for name in METRIC_FIELDS}
         failed = tuple(n for n in METRIC_FIELDS if n in self._failed)
+        warming = tuple(n for n in METRIC_FIELDS if n in self._warming and n not in self._failed)
         unsupported = tuple(
-            n for n in METRIC_FIELDS if metrics[n] is None and n not in self._failed
+            n
+            for n in METRIC_FIELDS
+            if metrics[n] is None and n not in self._failed and n not in self._warming
         )
         return DeviceSample(
             self.device,
@@ -132,6 +149,7 @@ class SampleBuilder:
             self.reason_names,
             self.processes,
             self.health,
+            warming,
         )
 
 

@@ -65,6 +65,7 @@ def device_metrics_record(
         "clocks_event_reason_names": list(sample.clocks_event_reason_names),
         "unsupported": list(sample.unsupported),
         "failed": list(sample.failed),
+        "warming_up": list(sample.warming_up),
         "xid_events": [{"xid": e.xid, "ts_ns": e.ts_ns} for e in xid_events],
         "processes": [
             {

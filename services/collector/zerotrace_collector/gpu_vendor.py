@@ -3,9 +3,11 @@
 factories, nothing here loads a library or runs a tool itself).
 
 ``auto`` tries each vendor in :data:`AUTO_ORDER`, NVML first (a library load, no process
-started), then ``amd-smi``, then ``npu-smi``, and reads the first whose adapter opens; a named
-vendor is tried alone. An adapter that opens but lists no device (the tool installed on a node
-without its GPUs) counts as not there. Either way the node is told in one line which adapter
+started), then AMD, then ``npu-smi``, and reads the first whose adapter opens; a named vendor
+is tried alone. A vendor may have several adapters, tried in the order given: AMD's ``amdsmi``
+Python package first (calls in this process), then the ``amd-smi`` CLI; the chosen line's
+label says which one is read. An adapter that opens but lists no device (the tool installed on
+a node without its GPUs) counts as not there. Either way the node is told in one line which adapter
 is read and what it found, or why none is: the adapters' own "not installed" lines shortened to
 a phrase each, any other failure (a library that did not start) said as it came.
 A vendor that cannot be read is never an error of the run: the feed stays idle.
@@ -44,9 +46,10 @@ _OFF_TAIL = re.compile(r":\s[^:]*\boff$")
 class Candidate:
     """One vendor's adapter as ``--gpu-vendor`` names it."""
 
-    choice: str  # nvidia, amd, ascend
-    # How the chosen line names it ("NVIDIA GPUs through NVML"); an adapter that runs a tool
-    # has the tool's path after it ("AMD GPUs through" /opt/rocm/bin/amd-smi).
+    choice: str  # nvidia, amd, ascend (several candidates may share one: tried in turn)
+    # How the chosen line names it ("NVIDIA GPUs through NVML", "AMD GPUs through the amdsmi
+    # package"); an adapter that runs a tool has the tool's path after it ("AMD GPUs through"
+    # /opt/rocm/bin/amd-smi).
     label: str
     absent: str  # the adapter's exact line when its library or tool is not installed
     absent_short: str  # that line as a phrase of the "none" line: "no amd-smi on PATH"
@@ -54,12 +57,13 @@ class Candidate:
 
 
 def tried_in_order(choice: str, candidates: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates *choice* tries, in the order it tries them; ValueError for a choice
-    that is not one of :data:`VENDOR_CHOICES` (argparse refuses it before)."""
+    """The candidates *choice* tries, in the order it tries them (by vendor, and a vendor's
+    own adapters in their order in *candidates*); ValueError for a choice that is not one of
+    :data:`VENDOR_CHOICES` (argparse refuses it before)."""
     if choice not in VENDOR_CHOICES:
         raise ValueError(f"GPU vendor {choice!r} is not one of {', '.join(VENDOR_CHOICES)}")
-    by_choice = {c.choice: c for c in candidates}
-    return [by_choice[v] for v in (AUTO_ORDER if choice == AUTO else (choice,)) if v in by_choice]
+    order = AUTO_ORDER if choice == AUTO else (choice,)
+    return [c for vendor in order for c in candidates if c.choice == vendor]
 
 
 def reason_of(candidate: Candidate, exc: FeatureUnavailable) -> str:

@@ -5,8 +5,9 @@ pynvml loads ``libnvidia-ml.so.1`` by its soname (the dynamic loader's search pa
 driver's install, or LD_LIBRARY_PATH) at ``nvmlInit``; without it the adapter raises
 :class:`~zerotrace.errors.FeatureUnavailable` with one line and everything else runs.
 
-A sample of one device is 14 pynvml calls (16 C calls when processes run on it; see
-:meth:`NvmlDevices.sample`), none of which waits: the one NVML call that does,
+A sample of one device is 15 pynvml calls (17 C calls when processes run on it; see
+:meth:`NvmlDevices.sample`), and 2 more on a GPU with GPM (nvml_gpm.py: SM activity,
+occupancy, tensor activity), none of which waits: the one NVML call that does,
 nvmlDeviceGetPcieThroughput (a 20 ms window per call), is replaced by PCIe byte counters.
 Measured over the C stand-in (tests/harness/nvml_standin) on a 2-core VM: 50-70 us of CPU per
 device for pynvml's wrappers and ctypes, the stand-in's own C costing nothing; a real driver
@@ -38,6 +39,7 @@ from zerotrace_collector.gpu_devices import (
     ProcessGpuUse,
     SampleBuilder,
 )
+from zerotrace_collector.nvml_gpm import NvmlGpm
 from zerotrace_collector.nvml_readings import (
     FIELD_READS,
     FIELD_VALUE_MEMBERS,
@@ -98,6 +100,7 @@ class NvmlDevices:
         self.errors = 0
         self.event_errors = 0
         self._opened = False
+        self._gpm: NvmlGpm | None = None
 
     # --- start and stop -------------------------------------------------------------------
 
@@ -116,6 +119,11 @@ class NvmlDevices:
                 f"NVML did not start ({exc}, NVML error {exc.value}): GPU device metrics off"
             ) from exc
         self._opened = True
+        self._gpm = NvmlGpm(
+            nv,
+            note=self._note,
+            count=lambda d, code, names: self._count(d, code, _error_text(nv, code), names),
+        )
         with contextlib.suppress(nv.NVMLError):
             self._driver = str(nv.nvmlSystemGetDriverVersion())
         devices = []
@@ -130,6 +138,7 @@ class NvmlDevices:
                 continue
             self._handles[index] = handle
             self._by_key[self._key(handle)] = index
+            self._gpm.open_device(info, handle)
             devices.append(info)
         self._register_xid(devices)
         return devices
@@ -158,6 +167,8 @@ class NvmlDevices:
             return
         nv = self._nvml
         self._opened = False
+        if self._gpm is not None:
+            self._gpm.close()  # GPM samples are NVML's memory: freed before it shuts down
         if self._events is not None:
             with contextlib.suppress(nv.NVMLError):
                 nv.nvmlEventSetFree(self._events)
@@ -175,7 +186,8 @@ class NvmlDevices:
 
     def sample(self, device: DeviceInfo, ts_ns: int) -> DeviceSample:
         """Every metric of one device: the calls of :func:`_reads`, the field values in one
-        call, and one or two calls per process list; a failed call leaves its metrics gaps."""
+        call, the GPM metrics since the device's previous sample (two calls where it has
+        GPM), and one or two calls per process list; a failed call leaves its metrics gaps."""
         h = self._handles[device.index]
         b = SampleBuilder(device, ts_ns)
         for names, calls, unpack in _reads(self._nvml, h):
@@ -191,6 +203,8 @@ class NvmlDevices:
         if mask is not None:
             b.reason_names = reason_names(int(mask))
         self._field_values(device, h, b)
+        if self._gpm is not None:
+            self._gpm.read(device, h, b)
         b.processes = self._processes(device, h)
         return b.build()
 
@@ -363,6 +377,8 @@ def _reads(nv: Any, h: Any) -> tuple[_Read, ...]:
             (lambda: nv.nvmlDeviceGetRemappedRows(h),),
             lambda r: (r[0], r[1], bool(r[2]), bool(r[3])),
         ),
+        # [current, pending]: 1 is on (NVML_DEVICE_MIG_ENABLE).
+        (("mig_mode",), (lambda: nv.nvmlDeviceGetMigMode(h),), lambda r: (bool(r[0]),)),
     )
 
 

@@ -1,6 +1,7 @@
 """NVML's rules, apart from the calls (pure): which error is a gap, which fields one
 ``nvmlDeviceGetFieldValues`` call reads, how a field value is decoded, the clock event reasons'
-names, and a device's processes joined with their utilisation samples.
+names, a device's processes joined with their utilisation samples, and which GPM metrics give
+DCGM's profiling fields.
 
 Numbers are NVML's (nvml.h, the same in pynvml); this module imports nothing of NVML, so its
 rules are tested without a driver.
@@ -8,6 +9,7 @@ rules are tested without a driver.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -19,11 +21,16 @@ __all__ = [
     "CLOCKS_EVENT_REASONS",
     "FIELD_READS",
     "FIELD_VALUE_MEMBERS",
+    "GPM_FIELDS",
+    "GPM_READS",
     "FieldRead",
+    "GpmRead",
     "UtilSample",
+    "gpm_ratio",
     "is_gap",
     "is_older_driver",
     "merge_processes",
+    "no_gpm_line",
     "not_available",
     "nvlink_total",
     "reason_names",
@@ -123,6 +130,39 @@ def nvlink_total(
 def not_available(value: int | None) -> int | None:
     """NVML_VALUE_NOT_AVAILABLE is no value."""
     return None if value is None or value == NOT_AVAILABLE_ULL else value
+
+
+@dataclass(frozen=True)
+class GpmRead:
+    metric_id: int  # NVML_GPM_METRIC_*
+    name: str  # the GpuDeviceMetrics field (a DCGM_FI_PROF_* field)
+
+
+# One nvmlGpmMetricsGet call per device and interval computes these from two GPM samples; each
+# metric carries its own return code, as field values do. DCGM's PIPE_TENSOR_ACTIVE is any
+# tensor pipe on Hopper, what GPM calls ANY_TENSOR_UTIL; its FP pipes are the non-tensor ones.
+GPM_READS: tuple[GpmRead, ...] = (
+    GpmRead(1, "gr_engine_active_ratio"),  # NVML_GPM_METRIC_GRAPHICS_UTIL
+    GpmRead(2, "sm_active_ratio"),  # NVML_GPM_METRIC_SM_UTIL
+    GpmRead(3, "sm_occupancy_ratio"),  # NVML_GPM_METRIC_SM_OCCUPANCY
+    GpmRead(5, "pipe_tensor_active_ratio"),  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    GpmRead(10, "dram_active_ratio"),  # NVML_GPM_METRIC_DRAM_BW_UTIL
+    GpmRead(11, "pipe_fp64_active_ratio"),  # NVML_GPM_METRIC_FP64_UTIL
+    GpmRead(12, "pipe_fp32_active_ratio"),  # NVML_GPM_METRIC_FP32_UTIL
+    GpmRead(13, "pipe_fp16_active_ratio"),  # NVML_GPM_METRIC_FP16_UTIL
+)
+GPM_FIELDS: tuple[str, ...] = tuple(r.name for r in GPM_READS)
+
+
+def gpm_ratio(pct: float) -> float | None:
+    """A GPM percentage (0..100) as DCGM gives its profiling fields, a ratio 0..1; NaN or an
+    infinity is no value."""
+    return pct / 100 if math.isfinite(pct) else None
+
+
+def no_gpm_line(index: int, model: str, why: str) -> str:
+    """The one line said for a device whose GPM metrics are not read."""
+    return f"GPU {index} ({model}): {why}: SM activity, occupancy and tensor activity not read"
 
 
 UtilSample = tuple[int, int, int, int, int, int]  # pid, timeStamp (us), sm, mem, enc, dec

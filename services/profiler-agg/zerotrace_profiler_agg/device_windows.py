@@ -5,6 +5,8 @@ epoch: a GPU (raw.gpumetrics, by node and UUID), or on raw.rdma one port's sysfs
 process's QP counter set (by pid) or one RoCE queue pair flow seen in packets (by flow). Gauges
 become min, max, mean and last, counters first, last and increase, XID errors events; the
 fields a sample could not give stay named in `unsupported` and `failed`, never a value.
+A GPU's vendor health verdict (npu-smi's Health) is kept as the last one given and, when some
+sample said other than OK, the worst one (:func:`health_rank`).
 
 When a window closes: at a sample of the same device in a later window, at a tick once the
 clock is `grace` past its end (the collector's delay: the device stopped sending, or the node
@@ -36,11 +38,24 @@ from zerotrace.errors import PoisonInput
 from zerotrace.gpu_fields import DCGM_FIELDS
 from zerotrace.holds import Holds
 
-__all__ = ["GPU", "GPU_SOURCE", "RDMA", "DeviceWindows", "flow_label", "rdma_vendor"]
+__all__ = [
+    "GPU",
+    "GPU_SOURCE",
+    "HEALTH_ORDER",
+    "RDMA",
+    "DeviceWindows",
+    "flow_label",
+    "health_rank",
+    "rdma_vendor",
+]
 
 GPU, RDMA = "gpu", "rdma"  # a window's kind
 GPU_SOURCE = "gpu"  # a GPU window's source (RDMA windows carry the raw record's)
 HOLD = "device"  # tags this fold's claims apart from the profile fold's in a shared Holds
+# The vendors' health verdicts from good to bad (npu-smi prints these four; compared without
+# regard to case). A verdict not listed ranks after Critical: a word zerotrace does not know
+# ("Unknown", a new driver's "Fatal") is shown to a person, not hidden under a known one.
+HEALTH_ORDER = ("ok", "warning", "alarm", "critical")
 # The first schema version's gauges, -1 where the device did not give them (not a value).
 LEGACY_GAUGES = ("utilization_pct", "memory_used_bytes", "memory_total_bytes")
 UNKNOWN = -1
@@ -60,6 +75,12 @@ DeviceKey = tuple[str, str, str, int, str, str]
 def rdma_vendor(device: str) -> str:
     """The driver an RDMA device name starts with (mlx5_0: mlx5, rxe0: rxe); '' for ''."""
     return _INSTANCE.sub("", device)
+
+
+def health_rank(health: str) -> int:
+    """Where a verdict stands in :data:`HEALTH_ORDER` (0 for OK); an unknown one after all."""
+    word = health.strip().lower()
+    return HEALTH_ORDER.index(word) if word in HEALTH_ORDER else len(HEALTH_ORDER)
 
 
 def flow_label(flow: Mapping[str, Any] | None) -> str:
@@ -131,6 +152,15 @@ class OpenWindow:
     driver_version: str | None = None
     reason_names: list[str] = field(default_factory=list)
     interval_ns: int | None = None
+    health: str | None = None  # the last verdict given
+    health_worst: str | None = None  # the worst verdict other than OK (the first of equals)
+
+    def verdict(self, health: str) -> None:
+        self.health = health
+        rank = health_rank(health)
+        worst = self.health_worst
+        if rank > 0 and (worst is None or rank > health_rank(worst)):
+            self.health_worst = health
 
     def gauge(self, name: str, value: float) -> bool:
         """False (and nothing kept) for NaN or an infinity: the store takes neither."""
@@ -285,6 +315,9 @@ class DeviceWindows:
             w.processes.setdefault(pid, ProcessUse(pid)).add(use)
         w.driver_version = sample.get("driver_version") or w.driver_version
         w.reason_names = list(sample.get("clocks_event_reason_names") or ())
+        health = sample.get("health")
+        if health is not None:
+            w.verdict(str(health))
 
     def _fold_rdma(self, w: OpenWindow, record: Mapping[str, Any]) -> None:
         for name, rate in (record.get("rates") or {}).items():
@@ -342,6 +375,8 @@ class DeviceWindows:
             "driver_version": w.driver_version,
             "clocks_event_reason_names": w.reason_names,
             "interval_ns": w.interval_ns,
+            "health": w.health,
+            "health_worst": w.health_worst,
         }
 
 

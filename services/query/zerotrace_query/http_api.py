@@ -1,18 +1,18 @@
-"""HTTP API: GET /api/v1/spans{,/histogram}, /api/v1/llm/{requests,percentiles,concurrency}
-(JSON), /api/v1/traces and /api/v1/traces/{id} (zerotrace_query.trace_search),
-/api/v1/services/map (zerotrace_query.service_map),
-/api/v1/profiles/{flamegraph,diff,catalog} (JSON, folded text, pprof, speedscope),
-/api/v1/gpu/{devices,windows,events} and /api/v1/rdma/{ports,windows}
-(zerotrace_query.device_search), the web pages (GET /, /spans, /flamegraph, /devices,
-/static/...), GET /healthz, and GET /metrics: the OpenTelemetry GenAI histograms of the stored
-LLM requests in Prometheus's text format (zerotrace_query.gen_ai_metrics), then the service
-map's RED metrics (zerotrace_query.service_map_metrics), then the GPU metrics under DCGM's
-names and the RDMA counters (zerotrace_query.device_metrics). Standard library server, one
-thread per request; the store does its own locking. Handlers only parse, call a pure function,
-and write the answer. With a token (zerotrace_query.api_auth) every request but /healthz needs
-it, /metrics included (a Prometheus scrape config sends it as `authorization: {credentials:
-...}`): a missing or wrong one gets 401 and one line of JSON; the pages also take it once in
-their address and hand the browser a session cookie."""
+"""HTTP API: GET /api/v1/spans{,/histogram}, /api/v1/llm/{requests,percentiles,concurrency} (JSON),
+/api/v1/traces and /api/v1/traces/{id} (zerotrace_query.trace_search), /api/v1/services/map
+(zerotrace_query.service_map), /api/v1/profiles/{flamegraph,diff,catalog} (JSON, folded text,
+pprof, speedscope), /api/v1/gpu/{devices,windows,events} and /api/v1/rdma/{ports,windows}
+(zerotrace_query.device_search), /api/v1/gpu/models (zerotrace_query.chip_compare), the web pages
+(GET /, /spans, /flamegraph, /devices, /static/...), GET /healthz, and GET /metrics: the
+OpenTelemetry GenAI histograms of the stored LLM requests in Prometheus's text format
+(zerotrace_query.gen_ai_metrics), then the service map's RED metrics
+(zerotrace_query.service_map_metrics), then the GPU metrics under DCGM's names and the RDMA
+counters (zerotrace_query.device_metrics). Standard library server, one thread per request; the
+store does its own locking. Handlers only parse, call a pure function, and write the answer. With a
+token (zerotrace_query.api_auth) every request but /healthz needs it, /metrics included (a
+Prometheus scrape config sends it as `authorization: {credentials: ...}`): a missing or wrong one
+gets 401 and one line of JSON; the pages also take it once in their address and hand the browser a
+session cookie."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from zerotrace.errors import ZerotraceError
 from zerotrace.store import Store
 from zerotrace_query import (
     api_auth,
+    chip_compare,
     device_metrics,
     device_search,
     gen_ai_metrics,
@@ -303,6 +304,8 @@ def make_handler(store: Store, token: str = "") -> type[BaseHTTPRequestHandler]:
                 self._send(*trace_search.answer(store, url.path, url.query))
             elif url.path in device_search.ROUTES:
                 self._send(*device_search.answer(store, url.path, url.query))
+            elif url.path == chip_compare.MODELS_PATH:
+                self._send(*chip_compare.answer(store, url.query))
             elif url.path == service_map.MAP_PATH:
                 self._send(*service_map.answer(store, url.query, time.time_ns()))
             elif url.path == METRICS_PATH:
@@ -319,6 +322,7 @@ def make_handler(store: Store, token: str = "") -> type[BaseHTTPRequestHandler]:
             else:
                 routes = [*SPAN_ROUTES, trace_search.TRACES_PATH, service_map.MAP_PATH]
                 routes += [*LLM_ROUTES, *PROFILE_ROUTES, *device_search.ROUTES]
+                routes.append(chip_compare.MODELS_PATH)
                 known = ", ".join(["/", *routes, METRICS_PATH])
                 self._send(404, {"error": f"no such path {url.path}; try one of {known}"})
 

@@ -29,12 +29,24 @@
  *   process 4242 1073741824     nvmlDeviceGetComputeRunningProcesses_v3 (repeatable)
  *   process_util 4242 55 20 0 0 nvmlDeviceGetProcessUtilization: pid sm mem enc dec
  *   xid 79 300                  XID 79, delivered 300 ms after nvmlDeviceRegisterEvents
+ *   mig_mode 0 0                nvmlDeviceGetMigMode: current, pending
+ *   gpm 1                       nvmlGpmQueryDeviceSupport: isSupportedDevice (not scripted:
+ *                               0, as a GPU before Hopper answers)
+ *   gpm_metric 2 50.0           nvmlGpmMetricsGet: NVML_GPM_METRIC_* id, value in % (a
+ *                               double) or !N for that metric's nvmlReturn (repeatable)
  *
  * A value `!N` makes the call (or that field value) return NVML error N (3: NOT_SUPPORTED);
  * a key not scripted for a device returns NOT_SUPPORTED, as a device without it does.
  * Each XID delivered is logged to $ZT_NVML_LOG (when set) as
  *   xid DEVICE XID due_ns REALTIME delivered_ns REALTIME
- * so a test knows exactly when the event was due.
+ * so a test knows exactly when the event was due; nvmlShutdown logs
+ *   gpm_samples allocated N freed M
+ *
+ * GPM as NVML has it: nvmlGpmSampleGet fills a sample of one device, nvmlGpmMetricsGet gives
+ * the scripted metrics between two samples of the same device, the earlier as sample1 (any
+ * other use is INVALID_ARGUMENT, a version other than 1 ARGUMENT_VERSION_MISMATCH), so a
+ * caller that measures over anything but two successive samples of the device fails here.
+ * A sample freed after nvmlShutdown is UNINITIALIZED (and not counted freed).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -66,6 +78,9 @@ typedef int nvmlReturn_t;
 #define NVML_TEMPERATURE_V1 0x0100000Cu /* sizeof(nvmlTemperature_v1_t) | 1 << 24 */
 #define NVML_EVENT_XID 0x8ull		/* nvmlEventTypeXidCriticalError */
 #define ALL_SCOPES 0xFFFFFFFFu
+#define NVML_GPM_METRICS_GET_VERSION 1
+#define NVML_GPM_SUPPORT_VERSION 1
+#define NVML_GPM_METRIC_MAX 477 /* nvml.h of nvidia-ml-py 13.x; only numMetrics are read */
 
 #define MAX_DEVICES 8
 #define MAX_ENTRIES 32
@@ -73,6 +88,7 @@ typedef int nvmlReturn_t;
 #define MAX_FIELDS 32
 #define MAX_PROCS 16
 #define MAX_XIDS 8
+#define MAX_GPM_METRICS 32
 #define TEXT_LEN 96
 
 /* ---- nvml.h types, by layout ---- */
@@ -129,6 +145,41 @@ typedef struct {
 	unsigned int smUtil, memUtil, encUtil, decUtil;
 } nvmlProcessUtilizationSample_t;
 
+/* GPM (nvml.h): an opaque sample, and the structures pynvml builds by these layouts. */
+struct gpm_sample {
+	struct device *device; /* NULL until nvmlGpmSampleGet fills it */
+	unsigned long long seq; /* which nvmlGpmSampleGet filled it, in call order */
+};
+typedef struct gpm_sample *nvmlGpmSample_t;
+
+typedef struct {
+	unsigned int metricId;
+	nvmlReturn_t nvmlReturn;
+	double value;
+	struct {
+		char *shortName;
+		char *longName;
+		char *unit;
+	} metricInfo;
+} nvmlGpmMetric_t;
+
+typedef struct {
+	unsigned int version;
+	unsigned int numMetrics;
+	nvmlGpmSample_t sample1;
+	nvmlGpmSample_t sample2;
+	nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+
+typedef struct {
+	unsigned int version;
+	unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
+
+/* The layouts pynvml's c_nvmlGpmMetric_t and c_nvmlGpmMetricsGet_t have on x86-64/aarch64. */
+_Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t layout");
+_Static_assert(__builtin_offsetof(nvmlGpmMetricsGet_t, metrics) == 24, "nvmlGpmMetricsGet_t layout");
+
 /* ---- the script, parsed ---- */
 struct entry {
 	char key[32];
@@ -143,8 +194,16 @@ struct field {
 	unsigned long long v;
 };
 
+struct gpm_metric {
+	unsigned int id;
+	int err;
+	double pct;
+};
+
 struct device {
 	char name[TEXT_LEN], uuid[TEXT_LEN];
+	struct gpm_metric gpm[MAX_GPM_METRICS];
+	int n_gpm;
 	struct entry entries[MAX_ENTRIES];
 	int n_entries;
 	struct field fields[MAX_FIELDS];
@@ -179,6 +238,7 @@ static struct device devices[MAX_DEVICES];
 static int n_devices;
 static char driver[TEXT_LEN];
 static int initialized;
+static unsigned long long gpm_seq, gpm_allocated, gpm_freed;
 
 static long long now_ns(clockid_t clock)
 {
@@ -287,6 +347,11 @@ static nvmlReturn_t parse_line(char *line, int line_no, struct device **dev, int
 			u->encUtil = (unsigned int)v[3];
 			u->decUtil = (unsigned int)v[4];
 		}
+	} else if (!strcmp(tok[0], "gpm_metric") && n > 2 && d->n_gpm < MAX_GPM_METRICS) {
+		struct gpm_metric *m = &d->gpm[d->n_gpm++];
+		m->id = (unsigned int)strtoul(tok[1], NULL, 0);
+		m->err = tok[2][0] == '!' ? atoi(tok[2] + 1) : 0;
+		m->pct = m->err ? 0.0 : strtod(tok[2], NULL);
 	} else if (!strcmp(tok[0], "xid") && n > 2 && d->n_xids < MAX_XIDS) {
 		d->xid[d->n_xids] = strtoull(tok[1], NULL, 0);
 		d->xid_after_ms[d->n_xids++] = (unsigned int)strtoul(tok[2], NULL, 0);
@@ -318,6 +383,7 @@ static nvmlReturn_t load(void)
 		return NVML_ERROR_DRIVER_NOT_LOADED; /* no script: as no driver */
 	memset(devices, 0, sizeof(devices));
 	n_devices = 0;
+	gpm_seq = gpm_allocated = gpm_freed = 0;
 	driver[0] = '\0';
 	while (ret == NVML_SUCCESS && fgets(line, sizeof(line), f))
 		ret = parse_line(line, ++line_no, &dev, &init_err);
@@ -380,11 +446,25 @@ ZT_EXPORT nvmlReturn_t nvmlInit_v2(void)
 	return load();
 }
 
+static void log_line(const char *line)
+{
+	const char *path = getenv("ZT_NVML_LOG");
+	FILE *f;
+	if (!path || !(f = fopen(path, "a")))
+		return;
+	fputs(line, f);
+	fclose(f);
+}
+
 ZT_EXPORT nvmlReturn_t nvmlShutdown(void)
 {
+	char line[96];
 	if (!initialized)
 		return NVML_ERROR_UNINITIALIZED;
 	initialized = 0;
+	snprintf(line, sizeof(line), "gpm_samples allocated %llu freed %llu\n", gpm_allocated,
+		 gpm_freed);
+	log_line(line);
 	return NVML_SUCCESS;
 }
 
@@ -735,13 +815,10 @@ ZT_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned lo
 
 static void log_xid(int device, unsigned long long xid, long long due_real_ns)
 {
-	const char *path = getenv("ZT_NVML_LOG");
-	FILE *f;
-	if (!path || !(f = fopen(path, "a")))
-		return;
-	fprintf(f, "xid %d %llu due_ns %lld delivered_ns %lld\n", device, xid, due_real_ns,
-		now_ns(CLOCK_REALTIME));
-	fclose(f);
+	char line[160];
+	snprintf(line, sizeof(line), "xid %d %llu due_ns %lld delivered_ns %lld\n", device, xid,
+		 due_real_ns, now_ns(CLOCK_REALTIME));
+	log_line(line);
 }
 
 ZT_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
@@ -792,5 +869,126 @@ ZT_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 	if (!set)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	free(set);
+	return NVML_SUCCESS;
+}
+
+/* ---- MIG and GPM ---- */
+ZT_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
+					    unsigned int *pendingMode)
+{
+	unsigned long long *v;
+	nvmlReturn_t ret;
+	if (!currentMode || !pendingMode)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	ret = get(device, "mig_mode", 2, &v);
+	if (ret == NVML_SUCCESS) {
+		*currentMode = (unsigned int)v[0];
+		*pendingMode = (unsigned int)v[1];
+	}
+	return ret;
+}
+
+/* Whether the device has GPM: its `gpm` line; none is 0 (a GPU before Hopper). */
+static nvmlReturn_t gpm_support(nvmlDevice_t d, unsigned int *supported)
+{
+	unsigned long long *v;
+	nvmlReturn_t ret = get(d, "gpm", 1, &v);
+	*supported = 0;
+	if (ret == NVML_ERROR_NOT_SUPPORTED) {
+		for (int i = 0; i < d->n_entries; i++)
+			if (!strcmp(d->entries[i].key, "gpm"))
+				return ret; /* scripted `gpm !3` */
+		return NVML_SUCCESS;
+	}
+	if (ret == NVML_SUCCESS)
+		*supported = v[0] != 0;
+	return ret;
+}
+
+ZT_EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport)
+{
+	unsigned int supported;
+	nvmlReturn_t ret;
+	if (!gpmSupport)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (gpmSupport->version != NVML_GPM_SUPPORT_VERSION)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	ret = gpm_support(device, &supported);
+	if (ret == NVML_SUCCESS)
+		gpmSupport->isSupportedDevice = supported;
+	return ret;
+}
+
+ZT_EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample)
+{
+	if (!initialized)
+		return NVML_ERROR_UNINITIALIZED;
+	if (!gpmSample)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*gpmSample = calloc(1, sizeof(**gpmSample));
+	if (!*gpmSample)
+		return NVML_ERROR_UNKNOWN;
+	gpm_allocated++;
+	return NVML_SUCCESS;
+}
+
+ZT_EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample)
+{
+	if (!initialized)
+		return NVML_ERROR_UNINITIALIZED;
+	if (!gpmSample)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	free(gpmSample);
+	gpm_freed++;
+	return NVML_SUCCESS;
+}
+
+ZT_EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample)
+{
+	unsigned int supported;
+	nvmlReturn_t ret;
+	if (!initialized)
+		return NVML_ERROR_UNINITIALIZED;
+	if (!valid(device) || !gpmSample)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	ret = gpm_support(device, &supported);
+	if (ret != NVML_SUCCESS)
+		return ret;
+	if (!supported)
+		return NVML_ERROR_NOT_SUPPORTED;
+	gpmSample->device = device;
+	gpmSample->seq = ++gpm_seq;
+	return NVML_SUCCESS;
+}
+
+ZT_EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
+{
+	nvmlGpmSample_t one, two;
+	if (!initialized)
+		return NVML_ERROR_UNINITIALIZED;
+	if (!metricsGet)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (metricsGet->version != NVML_GPM_METRICS_GET_VERSION)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	one = metricsGet->sample1;
+	two = metricsGet->sample2;
+	if (metricsGet->numMetrics > NVML_GPM_METRIC_MAX || !one || !two || one == two)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (!one->device || one->device != two->device || one->seq >= two->seq)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (unsigned int i = 0; i < metricsGet->numMetrics; i++) {
+		nvmlGpmMetric_t *out = &metricsGet->metrics[i];
+		out->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+		out->value = 0.0;
+		out->metricInfo.shortName = out->metricInfo.longName = out->metricInfo.unit = NULL;
+		for (int j = 0; j < two->device->n_gpm; j++) {
+			struct gpm_metric *m = &two->device->gpm[j];
+			if (m->id != out->metricId)
+				continue;
+			out->nvmlReturn = m->err;
+			out->value = m->err ? 0.0 : m->pct;
+			break;
+		}
+	}
 	return NVML_SUCCESS;
 }

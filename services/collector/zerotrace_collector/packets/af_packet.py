@@ -1,17 +1,22 @@
 """Live capture, a thin shell: an AF_PACKET socket on one interface (`lo` included) ->
 CapturedPacket, written to a pcap file and/or handed to the pure pipeline.
 
-No BPF filter and no libpcap: every frame of the interface comes up to Python, and the
-optional port filter runs here; fine for `lo` and test traffic, not for a busy 100G link.
-Timestamps are the kernel's (SO_TIMESTAMPNS), taken when the frame entered the receive path;
-frames are handed on in timestamp order (time_order.py), each after a short wait.
+`zerotrace capture` runs no kernel filter and no libpcap: every frame of the interface comes
+up to Python, and the optional port filter runs here; fine for `lo` and test traffic, not for a
+busy 100G link. A `LiveSocket` (the live RoCE feed's) instead asks the kernel to keep only UDP
+datagrams to one port (a classic BPF socket filter, `udp_port_filter`), cut to a capture length,
+and is read without blocking. Timestamps are the kernel's (SO_TIMESTAMPNS), taken when the frame
+entered the receive path; `capture` hands frames on in timestamp order (time_order.py), each
+after a short wait.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
+import select
 import socket
 import struct
 import threading
@@ -22,6 +27,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from zerotrace.errors import ConfigError, FeatureUnavailable
+from zerotrace_collector.packets.bpf_filter import (
+    ETHERNET_HEADER,
+    Instruction,
+    pack,
+    udp_port_filter,
+)
 from zerotrace_collector.packets.captured import CapturedPacket
 from zerotrace_collector.packets.decode import TcpPacket, UdpPacket, decode_packet
 from zerotrace_collector.packets.link import LINKTYPE_ETHERNET, LINKTYPE_RAW
@@ -51,6 +62,7 @@ RCVBUF_BYTES = 64 * 1024 * 1024
 SO_RCVBUFFORCE = 33
 SOL_PACKET = 263
 PACKET_STATISTICS = 6  # struct tpacket_stats: packets, drops; reading it resets both
+SO_ATTACH_FILTER = 26
 
 
 @dataclass
@@ -88,9 +100,14 @@ def interface_hardware_type(interface: str) -> int:
     return parse_hardware_type(text, interface)
 
 
-def open_capture_socket(interface: str) -> tuple[socket.socket, int]:
+def open_capture_socket(
+    interface: str, udp_port: int | None = None, capture_bytes: int = DEFAULT_SNAPLEN
+) -> tuple[socket.socket, int]:
     """A bound AF_PACKET socket and the link type of what it reads. Ethernet and loopback
-    devices give whole Ethernet frames; others (tun, GRE, ...) give IP packets (raw IP)."""
+    devices give whole Ethernet frames; others (tun, GRE, ...) give IP packets (raw IP).
+    udp_port: the kernel keeps only UDP datagrams to that port, each cut to capture_bytes
+    (and on loopback only the arriving copy), attached before bind so no other frame is
+    ever queued."""
     hardware = interface_hardware_type(interface)
     ethernet = hardware in (ARPHRD_ETHER, ARPHRD_LOOPBACK)
     kind = socket.SOCK_RAW if ethernet else socket.SOCK_DGRAM
@@ -104,6 +121,14 @@ def open_capture_socket(interface: str) -> tuple[socket.socket, int]:
         ) from None
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        if udp_port is not None:
+            program = udp_port_filter(
+                udp_port,
+                ETHERNET_HEADER if ethernet else 0,
+                capture_bytes,
+                drop_outgoing=hardware == ARPHRD_LOOPBACK,
+            )
+            attach_filter(sock, program)
         try:
             sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
         except PermissionError:
@@ -117,6 +142,14 @@ def open_capture_socket(interface: str) -> tuple[socket.socket, int]:
             ) from None
         raise FeatureUnavailable(f"cannot capture on {interface!r}: {exc.strerror}") from None
     return sock, LINKTYPE_ETHERNET if ethernet else LINKTYPE_RAW
+
+
+def attach_filter(sock: socket.socket, program: list[Instruction]) -> None:
+    """SO_ATTACH_FILTER: struct sock_fprog is the instruction count and a pointer to them (the
+    kernel copies the program during the call)."""
+    code = ctypes.create_string_buffer(pack(program))
+    fprog = struct.pack("@HP", len(program), ctypes.addressof(code))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
 
 
 def port_matches(packet: CapturedPacket, port: int | None) -> bool:
@@ -172,17 +205,9 @@ def _frames(
             except KeyboardInterrupt:
                 interrupted = True  # the frames still held go out first, then Ctrl-C does
                 break
-            stats.received += 1
-            _ifname, protocol, pkttype, hardware = addr[:4]
-            if hardware == ARPHRD_LOOPBACK and pkttype == PACKET_OUTGOING:
-                stats.loopback_copies += 1
+            packet = _received(buf, n, ancdata, addr, linktype, snaplen, stats)
+            if packet is None:
                 continue
-            if linktype == LINKTYPE_RAW and protocol not in (ETH_P_IP, ETH_P_IPV6):
-                stats.filtered_out += 1
-                continue
-            stats.truncated += n > snaplen
-            data = bytes(buf[: min(n, snaplen)])
-            packet = CapturedPacket(_timestamp_ns(ancdata), linktype, data, n)
             if not port_matches(packet, port):
                 stats.filtered_out += 1
                 continue
@@ -193,6 +218,79 @@ def _frames(
     yield from order.flush()
     if interrupted:
         raise KeyboardInterrupt
+
+
+def _received(
+    buf: bytearray,
+    n: int,
+    ancdata: list[tuple[int, int, bytes]],
+    addr: tuple[object, ...],
+    linktype: int,
+    snaplen: int,
+    stats: CaptureStats,
+) -> CapturedPacket | None:
+    """One frame read from the socket (n bytes on the wire), or None for loopback's outgoing
+    copy and for non-IP frames of a raw-IP device."""
+    stats.received += 1
+    _ifname, protocol, pkttype, hardware = addr[:4]
+    if hardware == ARPHRD_LOOPBACK and pkttype == PACKET_OUTGOING:
+        stats.loopback_copies += 1
+        return None
+    if linktype == LINKTYPE_RAW and protocol not in (ETH_P_IP, ETH_P_IPV6):
+        stats.filtered_out += 1
+        return None
+    stats.truncated += n > snaplen
+    return CapturedPacket(_timestamp_ns(ancdata), linktype, bytes(buf[: min(n, snaplen)]), n)
+
+
+class LiveSocket:
+    """A capture socket for a poll loop: the kernel keeps only UDP datagrams to `udp_port`
+    (udp_port_filter), each cut to `capture_bytes`; `wait` blocks at most a timeout for one,
+    `ready` takes at most `limit` of those queued now and never blocks. Frames come in the
+    order the socket received them (not re-sorted: see time_order.py). Opening raises
+    ConfigError (no such interface) or FeatureUnavailable (not root), each with one line.
+
+    A frame longer than capture_bytes arrives cut, and MSG_TRUNC then reports the cut length
+    (the filter trimmed it), so `truncated` does not count those: the IP and UDP headers
+    still say how long the datagram was."""
+
+    def __init__(self, interface: str, udp_port: int, capture_bytes: int) -> None:
+        self._sock, linktype = open_capture_socket(interface, udp_port, capture_bytes)
+        self._sock.setblocking(False)
+        self._snaplen = capture_bytes
+        self._buf = bytearray(capture_bytes)
+        self.stats = CaptureStats(interface, linktype)
+
+    def wait(self, timeout_s: float) -> bool:
+        """True when a frame is queued; waits up to timeout_s for one."""
+        readable, _, _ = select.select([self._sock], [], [], max(timeout_s, 0.0))
+        return bool(readable)
+
+    def ready(self, limit: int) -> list[CapturedPacket]:
+        out: list[CapturedPacket] = []
+        stats, linktype = self.stats, self.stats.linktype
+        while len(out) < limit:
+            try:
+                n, ancdata, _flags, addr = self._sock.recvmsg_into(
+                    [self._buf], socket.CMSG_SPACE(_TIMESPEC.size), socket.MSG_TRUNC
+                )
+            except BlockingIOError:
+                break
+            packet = _received(self._buf, n, ancdata, addr, linktype, self._snaplen, stats)
+            if packet is not None:
+                stats.kept += 1
+                out.append(packet)
+        return out
+
+    def drops(self) -> int:
+        """Frames the kernel dropped (receive buffer full) since the last call; added to
+        stats.kernel_drops too."""
+        drops = _drops(self._sock)
+        self.stats.kernel_drops += drops
+        return drops
+
+    def close(self) -> None:
+        self._sock.close()
 
 
 def _drops(sock: socket.socket) -> int:

@@ -49,6 +49,7 @@ from zerotrace_collector.packets.roce import (
     parse_roce,
 )
 from zerotrace_collector.packets.roce_psn import (
+    LOSS_AFTER_NS,
     RESTART_GAP,
     PsnStream,
     Verdict,
@@ -179,9 +180,17 @@ class _Flow:
 
 
 class RoceFlows:
-    def __init__(self, max_qps: int = MAX_QPS, max_outstanding: int = MAX_OUTSTANDING) -> None:
+    def __init__(
+        self,
+        max_qps: int = MAX_QPS,
+        max_outstanding: int = MAX_OUTSTANDING,
+        loss_after_ns: int = LOSS_AFTER_NS,
+    ) -> None:
+        """loss_after_ns: how long a missing PSN waits, in capture time, before it is lost
+        (roce_psn.PsnStream)."""
         self.max_qps = max_qps
         self.max_outstanding = max_outstanding
+        self.loss_after_ns = loss_after_ns
         self.counters = RoceCounters()
         self.closed: list[QpFigures] = []
         self._flows: OrderedDict[QpKey, _Flow] = OrderedDict()  # least recent first
@@ -214,6 +223,12 @@ class RoceFlows:
         """Figures of the flows closed and not yet taken, then of the open ones, so far."""
         return [*self.closed, *(f.figures() for f in self._flows.values())]
 
+    def expire(self, now_ns: int) -> None:
+        """Capture time has reached now_ns (a live capture, between packets): PSNs missing
+        for loss_after_ns are lost, as the next packet of their flow would have found."""
+        for flow in self._flows.values():
+            flow.stream.expire(now_ns)
+
     def take_closed(self) -> list[QpFigures]:
         out, self.closed = self.closed, []
         return out
@@ -234,7 +249,7 @@ class RoceFlows:
         if len(self._flows) >= self.max_qps:
             self._close(next(iter(self._flows)))
             self.counters.roce_evicted += 1
-        flow = _Flow(key, roce.transport, ts_ns, ts_ns)
+        flow = _Flow(key, roce.transport, ts_ns, ts_ns, PsnStream(loss_after_ns=self.loss_after_ns))
         self._flows[key] = flow
         self._between.setdefault((key.src, key.dst), set()).add(key)
         self.counters.roce_flows += 1

@@ -95,7 +95,7 @@ class PsnStream:
         """One request packet. span: PSNs it takes (1, or a READ request's response count);
         span_max: when the span is not known exactly (the path MTU is not), the most it can
         be: a next PSN anywhere in (psn + span, psn + span_max] is then no gap."""
-        self._expire(ts_ns)
+        self.expire(ts_ns)
         if self.next_psn is None:
             self._start(psn, span, span_max)
             return Verdict.FIRST
@@ -177,7 +177,9 @@ class PsnStream:
             self.counters.recovered += self._pending_fills
         self._pending_fills = 0
 
-    def _expire(self, now_ns: int) -> None:
+    def expire(self, now_ns: int) -> None:
+        """Missing PSNs older than loss_after_ns at capture time now_ns become lost (each
+        packet does this; a live capture also calls it while the flow is quiet)."""
         while self._missing:
             psn, since = next(iter(self._missing.items()))
             far = self.next_psn is not None and psn_diff(self.next_psn, psn) > MAX_BEHIND

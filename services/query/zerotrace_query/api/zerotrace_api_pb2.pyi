@@ -122,7 +122,7 @@ class LlmFilter(_message.Message):
     def __init__(self, model: _Optional[str] = ..., service: _Optional[str] = ..., status: _Optional[str] = ..., start_ns_from: _Optional[int] = ..., start_ns_to: _Optional[int] = ..., limit: _Optional[int] = ..., bucket_s: _Optional[float] = ..., observation_point: _Optional[str] = ...) -> None: ...
 
 class LlmRequest(_message.Message):
-    __slots__ = ("request_id", "span_id", "node_id", "service", "observation_point", "model", "endpoint", "stream", "start_ns", "end_ns", "ttft_ns", "tpot_ns", "input_tokens", "output_tokens", "output_tokens_estimated", "finish_reason", "error", "tokens_per_s", "status_code", "path", "pid", "status", "also_seen_at", "client_gap_ns")
+    __slots__ = ("request_id", "span_id", "node_id", "service", "observation_point", "model", "endpoint", "stream", "start_ns", "end_ns", "ttft_ns", "tpot_ns", "input_tokens", "output_tokens", "output_tokens_estimated", "finish_reason", "error", "tokens_per_s", "status_code", "path", "pid", "status", "also_seen_at", "client_gap_ns", "gpu_time_ns", "gpu_launches", "gpu_memory_byte_s", "gpu_cost_method", "gpu_cost_partial")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SPAN_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +147,11 @@ class LlmRequest(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     ALSO_SEEN_AT_FIELD_NUMBER: _ClassVar[int]
     CLIENT_GAP_NS_FIELD_NUMBER: _ClassVar[int]
+    GPU_TIME_NS_FIELD_NUMBER: _ClassVar[int]
+    GPU_LAUNCHES_FIELD_NUMBER: _ClassVar[int]
+    GPU_MEMORY_BYTE_S_FIELD_NUMBER: _ClassVar[int]
+    GPU_COST_METHOD_FIELD_NUMBER: _ClassVar[int]
+    GPU_COST_PARTIAL_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     span_id: str
     node_id: str
@@ -171,7 +176,12 @@ class LlmRequest(_message.Message):
     status: str
     also_seen_at: _containers.RepeatedCompositeFieldContainer[LlmObservation]
     client_gap_ns: LlmClientGap
-    def __init__(self, request_id: _Optional[str] = ..., span_id: _Optional[str] = ..., node_id: _Optional[str] = ..., service: _Optional[str] = ..., observation_point: _Optional[str] = ..., model: _Optional[str] = ..., endpoint: _Optional[str] = ..., stream: _Optional[bool] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., ttft_ns: _Optional[int] = ..., tpot_ns: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., output_tokens_estimated: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., error: _Optional[str] = ..., tokens_per_s: _Optional[float] = ..., status_code: _Optional[int] = ..., path: _Optional[str] = ..., pid: _Optional[int] = ..., status: _Optional[str] = ..., also_seen_at: _Optional[_Iterable[_Union[LlmObservation, _Mapping]]] = ..., client_gap_ns: _Optional[_Union[LlmClientGap, _Mapping]] = ...) -> None: ...
+    gpu_time_ns: int
+    gpu_launches: float
+    gpu_memory_byte_s: float
+    gpu_cost_method: str
+    gpu_cost_partial: bool
+    def __init__(self, request_id: _Optional[str] = ..., span_id: _Optional[str] = ..., node_id: _Optional[str] = ..., service: _Optional[str] = ..., observation_point: _Optional[str] = ..., model: _Optional[str] = ..., endpoint: _Optional[str] = ..., stream: _Optional[bool] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., ttft_ns: _Optional[int] = ..., tpot_ns: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., output_tokens_estimated: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., error: _Optional[str] = ..., tokens_per_s: _Optional[float] = ..., status_code: _Optional[int] = ..., path: _Optional[str] = ..., pid: _Optional[int] = ..., status: _Optional[str] = ..., also_seen_at: _Optional[_Iterable[_Union[LlmObservation, _Mapping]]] = ..., client_gap_ns: _Optional[_Union[LlmClientGap, _Mapping]] = ..., gpu_time_ns: _Optional[int] = ..., gpu_launches: _Optional[float] = ..., gpu_memory_byte_s: _Optional[float] = ..., gpu_cost_method: _Optional[str] = ..., gpu_cost_partial: _Optional[bool] = ...) -> None: ...
 
 class LlmObservation(_message.Message):
     __slots__ = ("observation_point", "span_id", "service", "node_id", "start_ns", "end_ns", "ttft_ns")

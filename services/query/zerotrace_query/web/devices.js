@@ -4,7 +4,9 @@
 // temperature over time with its XID events marked, the metrics it does not support named as
 // gaps, and the processes of its newest window. The RDMA panel lists the ports; the picked
 // one's windows draw throughput and error counters, and the queue pair counter sets and RoCE
-// flows are listed. Data is put in the page with textContent and attributes only.
+// flows are listed. The chip panel sets the chip models side by side over the range
+// (/api/v1/gpu/models). The range is relative to now, or fixed by ?from=&to= (ns) in the
+// link. Data is put in the page with textContent and attributes only.
 "use strict";
 
 (() => {
@@ -18,7 +20,8 @@
   const ERROR_COUNTER = /err|discard|nak|timeout|retr|out_of|symbol|downed|dropped|overrun|icrc|cnp/;
   const GIB = 2 ** 30;
 
-  const state = { busy: false, gpu: null, port: null, nodes: new Set(), updated: null, error: null };
+  const state = { busy: false, again: false, gpu: null, port: null, nodes: new Set(),
+    updated: null, error: null, custom: null };
   const $ = (id) => document.getElementById(id);
 
   function el(tag, props, ...children) {
@@ -55,6 +58,8 @@
     for (const [size, unit] of units) if (Math.abs(v) >= size) return num(v / size, unit);
     return num(v, "B/s");
   }
+  // A chip model as shown: the vendor named unless the model already says it.
+  const modelName = (d) => (d.model.toLowerCase().includes(d.vendor.toLowerCase()) ? d.model : `${d.vendor} ${d.model}`.trim());
   const last = (values, name) => (values && values[name] != null ? values[name] : null);
 
   // --- data ----------------------------------------------------------------------------------
@@ -75,18 +80,62 @@
     return body;
   }
 
-  async function refresh() {
-    if (state.busy) return;
-    state.busy = true;
-    const spanS = RANGES[$("range").value] || 900;
+  // --- filters and URL ----------------------------------------------------------------------
+
+  function restoreFilters() {
+    const params = new URLSearchParams(location.search);
+    if (/^\d+$/.test(params.get("from") || "") && /^\d+$/.test(params.get("to") || "")) {
+      state.custom = { from: params.get("from"), to: params.get("to") };
+      $("range").querySelector('option[value="custom"]').hidden = false;
+      $("range").value = "custom";
+    } else if (RANGES[params.get("range")]) {
+      $("range").value = params.get("range");
+    }
+    if (params.get("node")) addNode(params.get("node"));
+    $("node").value = params.get("node") || "";
+  }
+
+  function saveFilters() {
+    const params = new URLSearchParams();
+    const range = $("range").value;
+    if (range === "custom" && state.custom) {
+      params.set("from", state.custom.from);
+      params.set("to", state.custom.to);
+    } else if (range !== "15m") {
+      params.set("range", range);
+    }
+    if ($("node").value) params.set("node", $("node").value);
+    const query = params.toString();
+    history.replaceState(null, "", query ? `?${query}` : location.pathname);
+  }
+
+  // The range asked for: [from, to) in ns as text, and in ms for the charts' axis.
+  function currentRange() {
+    if ($("range").value === "custom" && state.custom) {
+      const { from, to } = state.custom;
+      return { from, to, x0: Number(BigInt(from) / 1000000n), x1: Number(BigInt(to) / 1000000n) };
+    }
     const now = Date.now();
-    const range = { from: nsAt(now - spanS * 1000), to: nsAt(now), node: $("node").value };
-    const limit = Math.min(MAX_WINDOWS, Math.ceil(spanS / WINDOW_S) + 10);
+    const spanS = RANGES[$("range").value] || 900;
+    return { from: nsAt(now - spanS * 1000), to: nsAt(now), x0: now - spanS * 1000, x1: now };
+  }
+
+  async function refresh() {
+    if (state.busy) {
+      state.again = true;
+      return;
+    }
+    state.busy = true;
+    saveFilters();
+    const { from, to, x0, x1 } = currentRange();
+    const range = { from, to, node: $("node").value };
+    const limit = Math.min(MAX_WINDOWS, Math.ceil((x1 - x0) / 1000 / WINDOW_S) + 10);
     try {
-      const [gpus, events, ports] = await Promise.all([
+      const [gpus, events, ports, chips] = await Promise.all([
         getJson("/api/v1/gpu/devices", range),
         getJson("/api/v1/gpu/events", range),
         getJson("/api/v1/rdma/ports", range),
+        getJson("/api/v1/gpu/models", range),
       ]);
       const gpu = pick(gpus.devices, state.gpu, gpuKey);
       const portList = ports.devices.filter((d) => d.source === "SYSFS");
@@ -98,13 +147,14 @@
         port ? getJson("/api/v1/rdma/windows", { ...range, node: port.node_id, device: port.device,
           port: port.device_index, source: "SYSFS", limit }) : null,
       ]);
-      const x = { x0: now - spanS * 1000, x1: now };
+      const x = { x0, x1 };
       for (const d of [...gpus.devices, ...ports.devices]) addNode(d.node_id);
       $("empty").hidden = gpus.count + ports.count > 0;
       $("content").hidden = gpus.count + ports.count === 0;
-      const cut = [gpus, ports, events, gpuWindows, portWindows].filter((b) => b && b.truncated);
+      const cut = [gpus, ports, events, gpuWindows, portWindows, chips].filter((b) => b && b.truncated);
       showBanner(cut.length ? cut[0].warning : "", true);
       renderGpus(gpus, gpu, gpuWindows, events, x);
+      renderChips(chips);
       renderPorts(portList, ports.devices.filter((d) => d.source !== "SYSFS"), port, portWindows, x);
       state.updated = new Date();
       state.error = null;
@@ -114,6 +164,10 @@
     } finally {
       state.busy = false;
       renderStatus();
+      if (state.again) {
+        state.again = false;
+        refresh();
+      }
     }
   }
 
@@ -140,7 +194,7 @@
       const total = last(m, "fb_total_bytes");
       const row = el("tr", { className: `pick${picked && gpuKey(d) === gpuKey(picked) ? " picked" : ""}` },
         el("td", { text: d.node_id }), el("td", { className: "num", text: String(d.device_index) }),
-        el("td", { text: `${d.vendor} ${d.model}` }), el("td", { className: "dim", text: d.device }),
+        el("td", { text: modelName(d) }), el("td", { className: "dim", text: d.device }),
         el("td", { className: "num", text: num(last(m, "gpu_util_pct"), "%") }),
         el("td", { className: "num", text: used == null ? "—" : `${num(used / GIB)} / ${num(total / GIB, "GiB")}` }),
         el("td", { className: "num", text: num(last(m, "power_w"), "W") }),
@@ -159,7 +213,7 @@
     }
     if (picked && windows) {
       const marks = events.events.filter((e) => e.device === picked.device)
-        .map((e) => [e.ts_ns / 1e6, `XID ${e.code}`]);
+        .map((e) => [Math.round(e.ts_ns / 1e6), `XID ${e.code}`]); // ns past 2**53: ms is exact
       const ws = windows.windows;
       const chart = (title, unit, lines, scale = 1) => charts.append(lineChart(title, unit, x, marks,
         lines.map(([label, name], i) => ({ label, color: COLORS[i], points: series(ws, "metrics", name, scale) }))));
@@ -211,6 +265,70 @@
     }
   }
 
+  // --- the chip models side by side ---------------------------------------------------------
+
+  // Metrics as the page shows them: [label, unit, scale] by the API's name.
+  const CHIP_METRICS = {
+    gpu_util_pct: ["Utilisation", "%", 1], memory_used_pct: ["Memory used", "%", 1],
+    power_w: ["Power", "W", 1], temperature_c: ["Temperature", "°C", 1],
+    sm_clock_mhz: ["SM clock", "MHz", 1], mem_clock_mhz: ["Memory clock", "MHz", 1],
+    memory_temp_c: ["Memory temperature", "°C", 1], mem_copy_util_pct: ["Memory copy", "%", 1],
+    fb_used_bytes: ["Memory used", "GiB", 1 / GIB], fb_total_bytes: ["Memory total", "GiB", 1 / GIB],
+    fb_free_bytes: ["Memory free", "GiB", 1 / GIB], fb_reserved_bytes: ["Memory reserved", "GiB", 1 / GIB],
+  };
+  const CHIP_COUNTERS = {
+    total_energy_consumption_mj: ["Energy", "kJ", 1e-6], pcie_replay_counter: ["PCIe replays", "", 1],
+    ecc_sbe_vol_total: ["ECC single-bit", "", 1], ecc_dbe_vol_total: ["ECC double-bit", "", 1],
+    pcie_tx_bytes: ["PCIe sent", "GB", 1e-9], pcie_rx_bytes: ["PCIe received", "GB", 1e-9],
+  };
+
+  function renderChips(body) {
+    $("chip-panel").hidden = body.count === 0;
+    $("chip-count").textContent = `${body.count} model${body.count === 1 ? "" : "s"} · ${body.windows} windows`;
+    const models = body.models;
+    const head = $("chips").querySelector("thead tr");
+    head.textContent = "";
+    head.append(el("th", { text: "Metric" }));
+    for (const m of models) head.append(el("th", { className: "num", text: modelName(m), title: m.driver_versions.join(", ") }));
+    const tbody = $("chips").querySelector("tbody");
+    tbody.textContent = "";
+    const row = (metric, label, cell) => {
+      const tr = el("tr", {}, el("th", { scope: "row", text: label }));
+      tr.dataset.metric = metric;
+      for (const m of models) {
+        const td = cell(m);
+        td.dataset.model = m.model;
+        tr.append(td);
+      }
+      tbody.append(tr);
+    };
+    const plain = (text, cls = "num") => el("td", { className: cls, text });
+    row("devices", "Devices", (m) => plain(String(m.devices)));
+    row("windows", "Windows (samples)", (m) => plain(`${m.windows} (${m.samples})`));
+    for (const name of body.metrics) {
+      const [label, unit, scale] = CHIP_METRICS[name] || [name, "", 1];
+      row(name, unit ? `${label} (${unit})` : label, (m) => {
+        const s = m.metrics[name];
+        if (!s) return plain("—", "num dim");
+        const td = plain(`${num(s.mean * scale)} (${num(s.min * scale)}–${num(s.max * scale)})`);
+        td.title = `mean ${s.mean}, min ${s.min}, max ${s.max}; ${s.samples} samples, gaps ${Math.round(s.gap_share * 100)} %`;
+        return td;
+      });
+    }
+    for (const name of body.counters) {
+      const [label, unit, scale] = CHIP_COUNTERS[name] || [name, "", 1];
+      row(name, `${label} (${unit ? unit + ", " : ""}increase)`, (m) => {
+        const c = m.counters[name];
+        return c ? plain(num(c.increase * scale)) : plain("—", "num dim");
+      });
+    }
+    row("xids", "XID errors", (m) => {
+      const codes = m.xid_codes.map((x) => `${x.code}×${x.count}`).join(", ");
+      return el("td", { className: m.xid_count ? "num error" : "num", text: m.xid_count ? `${m.xid_count} (${codes})` : "0" });
+    });
+    row("not_given", "Not given", (m) => plain(m.not_given.join(", ") || "—", "dim"));
+  }
+
   // --- the RDMA panel -----------------------------------------------------------------------
 
   function renderPorts(ports, others, picked, windows, x) {
@@ -240,7 +358,7 @@
       charts.append(lineChart("Throughput", "Gbit/s", x, [], [rate("sent", "tx_bytes", 0), rate("received", "rx_bytes", 1)]));
       const names = [...new Set(ws.flatMap((w) => Object.keys(w.counters || {})))].filter((k) => ERROR_COUNTER.test(k)).sort();
       const increases = names.map((name, i) => ({ label: name, color: COLORS[i % COLORS.length],
-        points: ws.map((w) => [(w.window_start_ns + w.window_end_ns) / 2e6, (w.counters || {})[name] ? w.counters[name].increase : null]) }));
+        points: ws.map((w, j) => [(w.window_start_ns + w.window_end_ns) / 2e6, counterIncrease(ws[j - 1], w, name)]) }));
       charts.append(lineChart("Error counters", "per window", x, [], increases));
     }
     const flows = $("flows").querySelector("tbody");
@@ -254,6 +372,19 @@
         el("td", { text: pairs(d.metrics, (v) => num(v, "/s")) }),
         el("td", { className: "dim", text: pairs(d.counters, String) })));
     }
+  }
+
+  // A counter's increase in window w: its own steps, and the step from the previous window's
+  // last value to w's first (a window keeps only the steps between its own samples, so a
+  // counter that moved between two samples of adjacent windows would otherwise show 0). A
+  // step down is a reset: the new value counts, as Prometheus' increase() takes it.
+  function counterIncrease(previous, w, name) {
+    const c = (w.counters || {})[name];
+    if (!c) return null;
+    const p = previous && (previous.counters || {})[name];
+    if (!p) return c.increase;
+    const step = c.first - p.last;
+    return c.increase + (step >= 0 ? step : c.first);
   }
 
   // --- one line chart ---------------------------------------------------------------------
@@ -283,16 +414,20 @@
     for (const line of lines) {
       let d = "";
       let open = false;
+      const drawn = [];
       for (const [t, v] of line.points) {
         if (v == null || t < x0 || t > x1) { open = false; continue; }
         d += `${open ? "L" : "M"}${sx(t).toFixed(1)},${sy(v).toFixed(1)}`;
+        drawn.push(v);
         open = true;
       }
-      if (d) svg.append(svgEl("path", { d, class: "line", stroke: line.color }));
+      // The values drawn ride along as data attributes: what a test (or a curious reader
+      // with the inspector) compares with the API's windows.
+      if (d) svg.append(svgEl("path", { d, class: "line", stroke: line.color, "data-label": line.label, "data-values": drawn.join(",") }));
     }
     for (const [t, label] of marks) {
       if (t < x0 || t > x1) continue;
-      svg.append(svgEl("line", { class: "event", x1: sx(t), x2: sx(t), y1: m.top, y2: m.top + h }));
+      svg.append(svgEl("line", { class: "event", x1: sx(t), x2: sx(t), y1: m.top, y2: m.top + h, "data-ts": t }));
       svg.append(svgEl("text", { class: "event-label", x: sx(t) + 3, y: m.top + 9 }, label));
     }
     const plot = el("div", { className: "plot" }, svg);
@@ -331,7 +466,14 @@
     renderStatus();
   }
 
-  $("filters").addEventListener("change", (e) => { if (e.target.id === "auto") schedule(); else refresh(); });
+  restoreFilters();
+  $("filters").addEventListener("change", (e) => {
+    if (e.target.id === "auto") schedule();
+    else {
+      if (e.target.id === "range" && e.target.value !== "custom") state.custom = null;
+      refresh();
+    }
+  });
   $("filters").addEventListener("submit", (e) => e.preventDefault());
   schedule();
   refresh();

@@ -1,0 +1,36 @@
+"""The stand-in's ``amdsmi.amdsmi_wrapper``: the constants of the real ctypes wrapper that
+zerotrace and the stand-in use (values as in amdsmi 7.0's generated wrapper)."""
+
+from __future__ import annotations
+
+import ctypes
+
+amdsmi_processor_handle = ctypes.POINTER(None)  # the real wrapper's handle type
+
+AMDSMI_STATUS_SUCCESS = 0
+AMDSMI_STATUS_INVAL = 1
+AMDSMI_STATUS_NOT_SUPPORTED = 2
+AMDSMI_STATUS_DRM_ERROR = 6
+AMDSMI_STATUS_API_FAILED = 7
+AMDSMI_STATUS_NO_PERM = 10
+AMDSMI_STATUS_INIT_ERROR = 18
+AMDSMI_STATUS_NOT_FOUND = 31
+
+AMDSMI_INIT_ALL_PROCESSORS = 0xFFFFFFFF
+AMDSMI_INIT_AMD_CPUS = 1 << 0
+AMDSMI_INIT_AMD_GPUS = 1 << 1
+
+AMDSMI_CLK_TYPE_SYS = 0
+AMDSMI_CLK_TYPE_GFX = 0
+AMDSMI_CLK_TYPE_DF = 1
+AMDSMI_CLK_TYPE_DCEF = 2
+AMDSMI_CLK_TYPE_SOC = 3
+AMDSMI_CLK_TYPE_MEM = 4
+
+AMDSMI_TEMPERATURE_TYPE_EDGE = 0
+AMDSMI_TEMPERATURE_TYPE_HOTSPOT = 1
+AMDSMI_TEMPERATURE_TYPE_JUNCTION = 1
+AMDSMI_TEMPERATURE_TYPE_VRAM = 2
+
+AMDSMI_TEMP_CURRENT = 0
+AMDSMI_TEMP_MAX = 1
