@@ -45,7 +45,11 @@ traced server makes, in the collector, before the correlator has framed anything
 regex search finds the next thing to mask; Python runs only where something is masked. A
 stream's state (inside a header value, a JSON string, an array of strings, a token) carries
 over to the next call of the same connection and direction, and a short tail of the previous
-call's bytes is searched again so a trigger split across two calls is still found.
+call's bytes is searched again so a trigger split across two calls is still found. A call on
+an idle stream (nothing open, no compressed body, not HTTP/2) after one that masked nothing
+is first put through a pre-check (`_MARKS`: one translation, one search, three `find`s) that
+proves, for most calls of a keep-alive exchange, that the scanner would find nothing; only
+the calls it cannot clear are scanned, so it changes no byte (test_redaction_precheck.py).
 
 Limits, on purpose:
 - A raw CR or LF cannot be inside a JSON string, so inside one it is framing: a chunked body's
@@ -172,6 +176,65 @@ _WORD_MAX: Final = max(len(w) for w in _SCHEMA_WORDS)
 # all masked as values (over-masking is the safe side).
 _MAX_NESTING: Final = 64
 _MESSAGE_START: Final = re.compile(rb"(?:[A-Z]{3,10} \S+ HTTP/1\.[01]\r?\n|HTTP/1\.[01] \d{3})")
+
+
+def _spellings(alternation: bytes) -> list[bytes]:
+    """The words an alternation of the patterns above spells (`api[_-]?key`: three)."""
+    words = []
+    for word in alternation.split(b"|"):
+        if b"[_-]?" in word:
+            words += [word.replace(b"[_-]?", sep) for sep in (b"", b"_", b"-")]
+        else:
+            words.append(word)
+    assert all(re.fullmatch(rb"[a-z0-9_-]+", w) for w in words), "a word, not a pattern"
+    return words
+
+
+def _alternation(words: list[bytes]) -> bytes:
+    """*words* as a regex whose every branch starts with its own literal byte (a trie):
+    Python's engine tries a branch only where its first byte is, so a position where no
+    word starts costs one comparison per first byte, not one per word."""
+    groups: dict[bytes, list[bytes]] = {}
+    for word in filter(None, words):
+        groups.setdefault(word[:1], []).append(word[1:])
+    if not groups:
+        return b""
+    branches = [re.escape(first) + _alternation(rest) for first, rest in sorted(groups.items())]
+    if b"" in words:  # a word that ends here (`sig` beside `signature`): the rest optional
+        return b"(?:" + b"|".join(branches) + b")?"
+    return branches[0] if len(branches) == 1 else b"(?:" + b"|".join(branches) + b")"
+
+
+# The pre-check of a call while its stream is idle (nothing open, no HTTP/2, no compressed
+# body): a proof, with a few C calls, that `_triggers` finds nothing in it, so that the
+# common call (a keep-alive request, a JSON answer, a header value, with nothing to mask)
+# costs no Python-level scanning. Each trigger is reduced to a necessary condition; any call
+# that meets one takes the scanner's whole path, so the pre-check can only cost time when it
+# says "maybe", never change a byte of the output. On the call's bytes (the tail's too) put
+# through _MARKS: key characters lowered as `lower` does, the bytes that start a header line,
+# a query parameter or a JSON member (`\n`, `?`, `&`, `;`, `"`) all made `"`, `=` kept,
+# every other byte a space. Then one search whose literal first byte the engine skips to:
+# - `\n` + credential header (`_HEADER`; at the call's start, `_HEADER_AT_START`: the search
+#   runs on `"` + bytes, so the start is such a position too) -> `"` + the name;
+# - `[?&;]` + query key + `=` (`_QUERY`) -> `"` + the key + `=`;
+# - `"` + JSON member + `"` (`_JSON_*`) -> `"` + the member + `"`.
+# `bearer` and `ontent-encoding` (the C-level `in`s before `_BEARER` and `_compressed`) are
+# found by `find` on the same bytes; tokens by `_token_starts`, as `_triggers` finds them.
+_MARKS: Final = bytes(
+    (b | 0x20 if 0x41 <= b <= 0x5A else b)
+    if b in _KEY_CHARS
+    else (0x22 if b in b'\n?&;"' else b if b == 0x3D else 0x20)
+    for b in range(256)
+)
+_MARKED_WORDS: Final = [
+    *CREDENTIAL_HEADERS,
+    *(key + b"=" for key in _spellings(_QUERY_KEYS)),
+    *(member + b'"' for member in _spellings(_JSON_CREDENTIALS)),
+]
+_CONTENT_WORDS: Final = [w + b'"' for w in _spellings(_CONTENT) + _spellings(_CONTENT_ARRAYS)]
+_MAYBE_CREDENTIALS: Final = re.compile(b'"' + _alternation(_MARKED_WORDS))
+_MAYBE_WITH_CONTENT: Final = re.compile(b'"' + _alternation(_MARKED_WORDS + _CONTENT_WORDS))
+
 # Calls that may switch a stream to HTTP/2 (`_to_h2`): the client preface, a 101 to h2c.
 _H2_STARTS: Final = (b"PRI *", b"HTTP/1.1 101 ")
 # An HTTP/1 message's first line (group 1: a response's status), and its head's members that
@@ -213,6 +276,26 @@ def _prefix_len(text: bytes, at: int) -> int:
     return next(len(p) for p in _TOKEN_PREFIXES if text.startswith(p, at))
 
 
+def _tokens(text: bytes, start: int) -> list[tuple[int, int, str]]:
+    """(start, end, "token") of each token's prefix from *start* on (`_triggers`)."""
+    found = []
+    runs = text.translate(_RUNS_OF_KEY_CHARS)
+    at = runs.find(_LONG_RUN, start)
+    while at >= 0:  # each run of key characters long enough to be a key: its prefix?
+        at = runs.rfind(b" ", 0, at) + 1
+        if text.startswith(_TOKEN_PREFIXES, at):
+            found.append((at, at + _prefix_len(text, at), "token"))
+        end = runs.find(b" ", at)
+        if end < 0:
+            break
+        at = runs.find(_LONG_RUN, end)
+    if runs.endswith(b"a"):  # the call ends in key characters: a key cut short?
+        at = max(runs.rfind(b" ") + 1, start)
+        if len(text) - at < _TOKEN_RUN and text.startswith(_TOKEN_PREFIXES, at):
+            found.append((at, at + _prefix_len(text, at), "token"))
+    return found
+
+
 class RedactionCounts:
     """What was masked, shared by every stream of one redactor."""
 
@@ -238,7 +321,10 @@ class StreamRedactor:
         "_h2",
         "_http2",
         "_keep_content",
+        "_maybe",
         "_pending",
+        "_precheck",
+        "_quiet",
         "_resume_back",
         "_schema_key",
         "_sniffed",
@@ -257,10 +343,18 @@ class StreamRedactor:
         keep_content: bool = False,
         counts: RedactionCounts | None = None,
         http2: bool = True,
+        *,
+        precheck: bool = True,
     ) -> None:
         """*http2*: hand the stream to `H2Redactor` if it turns out to be HTTP/2 (off for the
-        scanners that one uses itself)."""
+        scanners that one uses itself). *precheck*: off, every call takes the scanner's whole
+        path (the tests compare the two: the same bytes out)."""
         self._keep_content = keep_content
+        self._precheck = precheck
+        self._maybe = _MAYBE_CREDENTIALS if keep_content else _MAYBE_WITH_CONTENT
+        # Idle since the last call (nothing open, not HTTP/2, no compressed body): the next
+        # call may take the pre-check; set after each call that took the whole path.
+        self._quiet = False
         self._counts = counts if counts is not None else RedactionCounts()
         self._http2 = http2
         self._started = not http2  # told HTTP/2 or not from the stream's first 9 bytes
@@ -289,6 +383,41 @@ class StreamRedactor:
         """*data* with its credentials (and, unless kept, its content) masked; the same
         object when nothing was. *complete*: False when the call moved more bytes than
         *data* holds (capture size), so the next call does not follow on from it."""
+        if self._quiet and data and not (self._http2 and data.startswith(_H2_STARTS)):
+            # The common call: `_text` when `_triggers` finds nothing (see _MARKS), told by
+            # C calls; then only the tail moves on.
+            tail = self._tail
+            text = tail + data if tail else data
+            marked = (b'"' + text).translate(_MARKS)
+            if (
+                self._maybe.search(marked) is None
+                and marked.find(b"bearer") < 0
+                and marked.find(b"ontent-encoding") < 0
+                and (
+                    (
+                        text.translate(_RUNS_OF_KEY_CHARS).find(_LONG_RUN) < 0
+                        and text[-1] not in _WORD_BYTES
+                    )
+                    or not _tokens(text, 0)
+                )
+            ):
+                self._tail = text[-TAIL:] if complete else b""
+                return data
+        out = self._redact(data, complete)
+        # The next call takes the pre-check if this one left the stream idle and masked
+        # nothing (a stream that masks, such as a token stream, goes straight to the scanner).
+        self._quiet = (
+            out is data
+            and self._precheck
+            and self._state == _NONE
+            and not self._pending
+            and self._zmode == _Z_NONE
+            and self._h2 is None
+            and self._started
+        )
+        return out
+
+    def _redact(self, data: bytes, complete: bool) -> bytes:
         if self._h2 is not None:
             return self._h2.redact(data, complete)
         if not data:
@@ -309,14 +438,17 @@ class StreamRedactor:
             self._pending = False
         shift = len(self._tail)
         text = self._tail + data if shift else data
+        low = text.lower()  # ASCII only: every index stays the same
         masks: list[tuple[int, int]] = []
         if not self._keep_content and (
-            self._zmode != _Z_NONE or any(name in data for name in _CODING_NAMES)
+            self._zmode != _Z_NONE
+            # `find` first: one C call, where `any` over the spellings costs ~1 us
+            or (low.find(b"ontent-encoding") >= 0 and any(name in data for name in _CODING_NAMES))
         ):
             self._compressed(data, shift, masks, complete)
         at = self._resume(text, shift, masks) if self._state != _NONE else shift
         if self._state == _NONE:
-            at = self._scan(text, shift, at, masks)
+            at = self._scan(text, low, shift, at, masks)
         if complete:
             self._tail = text[-TAIL:]
         else:
@@ -362,10 +494,10 @@ class StreamRedactor:
         elif not looks_h2(data):
             return None
         head = self._text(data[:start], True) if start else b""
-        keep, counts = self._keep_content, self._counts
+        keep, counts, precheck = self._keep_content, self._counts, self._precheck
         self._h2 = H2Redactor(
-            lambda: StreamRedactor(True, counts, http2=False),
-            lambda: StreamRedactor(keep, counts, http2=False),
+            lambda: StreamRedactor(True, counts, http2=False, precheck=precheck),
+            lambda: StreamRedactor(keep, counts, http2=False, precheck=precheck),
             CREDENTIAL_HEADERS,
             counts,
             keep_content=keep,
@@ -458,9 +590,9 @@ class StreamRedactor:
             self._counts.content += 1
             return body
 
-    def _triggers(self, text: bytes, start: int) -> list[tuple[int, int, str]]:
-        """(start, end, kind) of every trigger from *start* on, in no order."""
-        low = text.lower()
+    def _triggers(self, text: bytes, low: bytes, start: int) -> list[tuple[int, int, str]]:
+        """(start, end, kind) of every trigger from *start* on, in no order (*low*: *text*
+        lowered)."""
         found = [(m.start(), m.end(), "header") for m in _HEADER.finditer(low, start)]
         if start == 0:
             m = _HEADER_AT_START.match(low)
@@ -475,29 +607,17 @@ class StreamRedactor:
         if b'"' in text:
             json = _JSON_CREDENTIALS_ONLY if self._keep_content else _JSON_WITH_CONTENT
             found += [(m.start(), m.end(), m.lastgroup or "") for m in json.finditer(low, start)]
-        runs = text.translate(_RUNS_OF_KEY_CHARS)
-        at = runs.find(_LONG_RUN, start)
-        while at >= 0:  # each run of key characters long enough to be a key: its prefix?
-            at = runs.rfind(b" ", 0, at) + 1
-            if text.startswith(_TOKEN_PREFIXES, at):
-                found.append((at, at + _prefix_len(text, at), "token"))
-            end = runs.find(b" ", at)
-            if end < 0:
-                break
-            at = runs.find(_LONG_RUN, end)
-        if runs.endswith(b"a"):  # the call ends in key characters: a key cut short?
-            at = max(runs.rfind(b" ") + 1, start)
-            if len(text) - at < _TOKEN_RUN and text.startswith(_TOKEN_PREFIXES, at):
-                found.append((at, at + _prefix_len(text, at), "token"))
-        return found
+        return found + _tokens(text, start)
 
-    def _scan(self, text: bytes, shift: int, at: int, masks: list[tuple[int, int]]) -> int:
+    def _scan(
+        self, text: bytes, low: bytes, shift: int, at: int, masks: list[tuple[int, int]]
+    ) -> int:
         """Deal with the triggers from *at* on, in order (one may begin in the tail, none may
         end there)."""
         pending = self._pending
         self._pending = False
         start = 0 if at == shift else at  # from the tail's start: a trigger may straddle
-        found = self._triggers(text, start)
+        found = self._triggers(text, low, start)
         if not found:
             return len(text)
         found.sort()
@@ -717,8 +837,12 @@ class Redactor:
     connections all state is dropped (each stream then starts afresh: only a value split
     across that moment can be missed, and it is counted in `dropped`)."""
 
-    def __init__(self, keep_content: bool = False, max_conns: int = 65_536) -> None:
+    def __init__(
+        self, keep_content: bool = False, max_conns: int = 65_536, *, precheck: bool = True
+    ) -> None:
+        """*precheck*: as `StreamRedactor`'s (off only to compare the two paths)."""
         self.keep_content = keep_content
+        self._precheck = precheck
         self.counts = RedactionCounts()
         self.dropped = 0
         self._max_conns = max_conns
@@ -733,7 +857,9 @@ class Redactor:
             streams = self._conns[conn] = {}
         redactor = streams.get(stream)
         if redactor is None:
-            redactor = streams[stream] = StreamRedactor(self.keep_content, self.counts)
+            redactor = streams[stream] = StreamRedactor(
+                self.keep_content, self.counts, precheck=self._precheck
+            )
         return redactor.redact(data, complete)
 
     def http2(self, conn: Hashable, stream: Hashable) -> bool:
