@@ -31,7 +31,8 @@ def add_gpu_metrics_arguments(p: argparse.ArgumentParser) -> None:
         "GPU device metrics",
         "NVIDIA GPUs through NVML (libnvidia-ml.so.1): utilisation, memory, power and energy, "
         "clocks and their event reasons, temperatures, ECC, remapped rows, PCIe and NVLink, "
-        "XID errors (at once), and each process's memory and utilisation; AMD GPUs through "
+        "XID errors (at once), each process's memory and utilisation, and on Hopper and newer "
+        "GPM's SM, tensor and DRAM activity; AMD GPUs through ROCm's amdsmi package or "
         "amd-smi (rocm-smi where only it is installed) and Huawei Ascend NPUs through npu-smi "
         "(with its Health verdict), each giving what its tool prints; named as DCGM names "
         "them, into raw.gpumetrics",
@@ -41,7 +42,7 @@ def add_gpu_metrics_arguments(p: argparse.ArgumentParser) -> None:
         "--gpu-vendor",
         choices=VENDOR_CHOICES,
         default="auto",
-        help="whose GPUs: auto (default) reads the first of NVML, amd-smi, npu-smi that is "
+        help="whose GPUs: auto (default) reads the first of NVML, amdsmi/amd-smi, npu-smi that is "
         "there and says which; a vendor named that is not there is said in one line and the "
         "run goes on without GPU metrics",
     )
