@@ -27,6 +27,7 @@ def url() -> Iterator[str]:
     ("path", "kind", "text"),
     [
         ("/", "text/html", '<script src="/static/app.js">'),
+        ("/static/common.js", "text/javascript", "const zt = "),
         ("/static/app.js", "text/javascript", "/api/v1/llm/percentiles"),
         ("/static/style.css", "text/css", ".chart"),
         ("/spans", "text/html", '<script src="/static/spans.js">'),
@@ -58,6 +59,22 @@ def test_the_page_loads_nothing_from_elsewhere() -> None:
         urls = set(re.findall(r"(?:https?:)?//[\w.-]+\.\w+[^\s\"')]*", text))
         assert urls <= {"http://www.w3.org/2000/svg"}, (path.name, urls)
         assert "@import" not in text
+
+
+def test_every_page_loads_the_shared_helpers_before_its_own_script() -> None:
+    pages = {name for name, kind in WEB_FILES.values() if kind.startswith("text/html")}
+    assert pages == {
+        "index.html",
+        "spans.html",
+        "traces.html",
+        "services.html",
+        "flamegraph.html",
+        "devices.html",
+    }
+    for name in pages:
+        scripts = re.findall(r'<script src="([^"]+)"></script>', (WEB_DIR / name).read_text())
+        own = "/static/app.js" if name == "index.html" else f"/static/{name[:-5]}.js"
+        assert scripts == ["/static/common.js", own], name
 
 
 def test_every_page_links_the_devices_page() -> None:

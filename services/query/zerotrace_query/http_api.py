@@ -218,6 +218,7 @@ WEB_DIR = Path(__file__).resolve().parent / "web"
 WEB_FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
+    "/static/common.js": ("common.js", "text/javascript; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/static/style.css": ("style.css", "text/css; charset=utf-8"),
     "/flamegraph": ("flamegraph.html", "text/html; charset=utf-8"),

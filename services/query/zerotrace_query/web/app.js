@@ -10,49 +10,18 @@
   };
   const REFRESH_MS = 5000;
   const TABLE_LIMIT = 200;
-  const PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626",
-    "#4b5563", "#65a30d", "#c026d3"];
-  const SVG_NS = "http://www.w3.org/2000/svg";
   const TIME_STEPS_S = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
     21600, 43200, 86400];
+  // The filters, by element id and URL parameter.
+  const FIELDS = [["model", "model"], ["service", "service"], ["range", "range"],
+    ["status-filter", "status"], ["point-filter", "observation_point"]];
 
-  const state = { models: new Set(), services: new Set(), colors: new Map(), busy: false,
+  const state = { models: new Set(), services: new Set(), busy: false,
     last: null, updated: null, error: null };
-  const $ = (id) => document.getElementById(id);
-
-  // --- small DOM helpers --------------------------------------------------------------------
-
-  function el(tag, props, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(props || {})) {
-      if (k === "text") node.textContent = v;
-      else if (k === "style") node.setAttribute("style", v);
-      else node[k] = v;
-    }
-    for (const child of children) if (child != null) node.append(child);
-    return node;
-  }
-
-  function svgEl(tag, attrs) {
-    const node = document.createElementNS(SVG_NS, tag);
-    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
-    return node;
-  }
-
-  function swatch(color) {
-    return el("span", { className: "swatch", style: `background:${color}` });
-  }
+  const { $, el, svgEl, swatch, clock, nsAt, getJson, showBanner } = zt;
+  const colorFor = zt.colorPicker();
 
   // --- formatting ---------------------------------------------------------------------------
-
-  const pad = (n, w = 2) => String(n).padStart(w, "0");
-  function clock(ms, seconds = true, millis = false) {
-    const d = new Date(ms);
-    let s = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
-    if (seconds) s += `:${pad(d.getSeconds())}`;
-    if (millis) s += `.${pad(d.getMilliseconds(), 3)}`;
-    return s;
-  }
 
   function num(v, unit = "") {
     if (v == null || !Number.isFinite(v)) return "—";
@@ -70,68 +39,16 @@
       status: $("status-filter").value, observation_point: $("point-filter").value };
   }
 
-  function restoreFilters() {
-    const params = new URLSearchParams(location.search);
-    for (const [id, name] of [["model", "model"], ["service", "service"], ["range", "range"],
-      ["status-filter", "status"], ["point-filter", "observation_point"]]) {
-      const value = params.get(name);
-      if (!value) continue;
-      const select = $(id);
-      if (![...select.options].some((o) => o.value === value)) {
-        select.append(el("option", { value, text: value }));
-      }
-      select.value = value;
-    }
-  }
-
-  function saveFilters(f) {
-    const params = new URLSearchParams();
-    for (const [k, v] of Object.entries(f)) if (v && !(k === "range" && v === "15m")) params.set(k, v);
-    const query = params.toString();
-    history.replaceState(null, "", query ? `?${query}` : location.pathname);
-  }
-
-  function addOptions(select, values, known) {
-    for (const v of values) {
-      if (!v || known.has(v)) continue;
-      known.add(v);
-      if (![...select.options].some((o) => o.value === v)) select.append(el("option", { value: v, text: v }));
-    }
-    const options = [...select.options].slice(1).sort((a, b) => a.value.localeCompare(b.value));
-    for (const o of options) select.append(o);
-  }
-
-  function colorFor(key) {
-    if (!state.colors.has(key)) state.colors.set(key, PALETTE[state.colors.size % PALETTE.length]);
-    return state.colors.get(key);
-  }
-
   const seriesKey = (s) => `${s.model}\u0000${s.service}`;
   const seriesLabel = (s, many) => (many ? `${s.model} · ${s.service}` : s.model);
 
   // --- data -----------------------------------------------------------------------------------
 
-  const nsAt = (ms) => (BigInt(Math.round(ms)) * 1000000n).toString();
-
-  async function getJson(path, params) {
-    const query = new URLSearchParams();
-    for (const [k, v] of Object.entries(params)) if (v !== "" && v != null) query.set(k, v);
-    const response = await fetch(`${path}?${query}`, { cache: "no-store" });
-    let body;
-    try {
-      body = await response.json();
-    } catch (e) {
-      throw new Error(`${path} answered ${response.status} without JSON`);
-    }
-    if (!response.ok) throw new Error(body.error || `${path} answered ${response.status}`);
-    return body;
-  }
-
   async function refresh() {
     if (state.busy) return;
     state.busy = true;
     const f = filters();
-    saveFilters(f);
+    zt.saveFilters(f);
     const [spanS, bucketS] = RANGES[f.range] || RANGES["15m"];
     const now = Date.now();
     const window = { model: f.model, service: f.service, observation_point: f.observation_point,
@@ -157,29 +74,14 @@
 
   // --- rendering ------------------------------------------------------------------------------
 
-  function showBanner(text, warn) {
-    const banner = $("banner");
-    banner.hidden = !text;
-    banner.className = warn ? "banner warn" : "banner";
-    banner.textContent = text || "";
-  }
-
-  function renderStatus() {
-    const status = $("status");
-    status.textContent = "";
-    const auto = $("auto").checked;
-    const dot = el("span", { className: `dot${state.error ? " down" : auto ? "" : " paused"}` });
-    const when = state.updated ? `updated ${clock(state.updated.getTime())}` : "not loaded yet";
-    const mode = state.error ? "query service unreachable" : auto ? "live" : "paused";
-    status.append(dot, `${mode} · ${when} · times are local`);
-  }
+  const renderStatus = () => zt.renderLiveStatus(state);
 
   function render() {
     const { f, requests, percentiles, concurrency } = state.last;
-    addOptions($("model"), percentiles.series.map((s) => s.model), state.models);
-    addOptions($("model"), requests.requests.map((r) => r.model), state.models);
-    addOptions($("service"), percentiles.series.map((s) => s.service), state.services);
-    addOptions($("service"), requests.requests.map((r) => r.service), state.services);
+    zt.addOptions($("model"), percentiles.series.map((s) => s.model), state.models);
+    zt.addOptions($("model"), requests.requests.map((r) => r.model), state.models);
+    zt.addOptions($("service"), percentiles.series.map((s) => s.service), state.services);
+    zt.addOptions($("service"), requests.requests.map((r) => r.service), state.services);
 
     const filtered = Boolean(f.model || f.service || f.status || f.observation_point);
     const nothing = requests.total === 0 && percentiles.total === 0 && concurrency.total === 0;
@@ -377,10 +279,7 @@
       tip.append(el("div", { className: "row" }, swatch(line.color),
         `${line.label} ${line.q === "sum" ? "" : line.q}: ${num(v)} ${spec.unit}`));
     }
-    tip.hidden = false;
-    const left = Math.min(event.clientX + 14, window.innerWidth - tip.offsetWidth - 8);
-    tip.style.left = `${left}px`;
-    tip.style.top = `${event.clientY + 14}px`;
+    zt.placeTip(tip, event.clientX, event.clientY);
   }
 
   function renderTable(body, filtered) {
@@ -438,24 +337,7 @@
 
   // --- wiring ---------------------------------------------------------------------------------
 
-  let timer = null;
-  function schedule() {
-    clearInterval(timer);
-    timer = $("auto").checked ? setInterval(() => { if (!document.hidden) refresh(); }, REFRESH_MS) : null;
-    renderStatus();
-  }
-
-  restoreFilters();
-  $("filters").addEventListener("change", (e) => {
-    if (e.target.id === "auto") schedule();
-    else refresh();
-  });
-  $("filters").addEventListener("submit", (e) => e.preventDefault());
-  let resizeTimer = null;
-  window.addEventListener("resize", () => {
-    clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(() => { if (state.last) render(); }, 150);
-  });
-  schedule();
-  refresh();
+  zt.restoreFields(FIELDS);
+  zt.onResize(() => { if (state.last) render(); }, 150);
+  zt.goLive({ refresh, everyMs: REFRESH_MS, renderStatus });
 })();

@@ -14,38 +14,15 @@
   const REFRESH_MS = 10000;
   const WINDOW_S = 5; // profiler-agg's default device window: sizes the windows asked for
   const MAX_WINDOWS = 10000;
-  const SVG_NS = "http://www.w3.org/2000/svg";
-  const COLORS = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2"];
+  const COLORS = zt.PALETTE.slice(0, 6);
   // An RDMA counter whose name says it counts trouble.
   const ERROR_COUNTER = /err|discard|nak|timeout|retr|out_of|symbol|downed|dropped|overrun|icrc|cnp/;
   const GIB = 2 ** 30;
 
-  const state = { busy: false, again: false, gpu: null, port: null, nodes: new Set(),
-    updated: null, error: null, custom: null };
-  const $ = (id) => document.getElementById(id);
+  const state = { gpu: null, port: null, nodes: new Set(), updated: null, error: null,
+    custom: null };
+  const { $, el, svgEl, swatch, clock, nsAt, getJson, showBanner } = zt;
 
-  function el(tag, props, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(props || {})) {
-      if (k === "text") node.textContent = v;
-      else node[k] = v;
-    }
-    for (const child of children) if (child != null) node.append(child);
-    return node;
-  }
-
-  function svgEl(tag, attrs, text) {
-    const node = document.createElementNS(SVG_NS, tag);
-    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
-    if (text != null) node.textContent = text;
-    return node;
-  }
-
-  const pad = (n) => String(n).padStart(2, "0");
-  const clock = (ms) => {
-    const d = new Date(ms);
-    return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
-  };
   function num(v, unit = "") {
     if (v == null || !Number.isFinite(v)) return "—";
     const a = Math.abs(v);
@@ -62,51 +39,19 @@
   const modelName = (d) => (d.model.toLowerCase().includes(d.vendor.toLowerCase()) ? d.model : `${d.vendor} ${d.model}`.trim());
   const last = (values, name) => (values && values[name] != null ? values[name] : null);
 
-  // --- data ----------------------------------------------------------------------------------
-
-  const nsAt = (ms) => (BigInt(Math.round(ms)) * 1000000n).toString();
-
-  async function getJson(path, params) {
-    const query = new URLSearchParams();
-    for (const [k, v] of Object.entries(params)) if (v !== "" && v != null) query.set(k, v);
-    const response = await fetch(`${path}?${query}`, { cache: "no-store" });
-    let body;
-    try {
-      body = await response.json();
-    } catch (e) {
-      throw new Error(`${path} answered ${response.status} without JSON`);
-    }
-    if (!response.ok) throw new Error(body.error || `${path} answered ${response.status}`);
-    return body;
-  }
-
   // --- filters and URL ----------------------------------------------------------------------
 
   function restoreFilters() {
+    state.custom = zt.restoreRange(RANGES, (ns) => /^\d+$/.test(ns || ""));
     const params = new URLSearchParams(location.search);
-    if (/^\d+$/.test(params.get("from") || "") && /^\d+$/.test(params.get("to") || "")) {
-      state.custom = { from: params.get("from"), to: params.get("to") };
-      $("range").querySelector('option[value="custom"]').hidden = false;
-      $("range").value = "custom";
-    } else if (RANGES[params.get("range")]) {
-      $("range").value = params.get("range");
-    }
     if (params.get("node")) addNode(params.get("node"));
     $("node").value = params.get("node") || "";
   }
 
   function saveFilters() {
-    const params = new URLSearchParams();
-    const range = $("range").value;
-    if (range === "custom" && state.custom) {
-      params.set("from", state.custom.from);
-      params.set("to", state.custom.to);
-    } else if (range !== "15m") {
-      params.set("range", range);
-    }
+    const params = zt.rangeParams(state.custom);
     if ($("node").value) params.set("node", $("node").value);
-    const query = params.toString();
-    history.replaceState(null, "", query ? `?${query}` : location.pathname);
+    zt.replaceQuery(params);
   }
 
   // The range asked for: [from, to) in ns as text, and in ms for the charts' axis.
@@ -120,12 +65,7 @@
     return { from: nsAt(now - spanS * 1000), to: nsAt(now), x0: now - spanS * 1000, x1: now };
   }
 
-  async function refresh() {
-    if (state.busy) {
-      state.again = true;
-      return;
-    }
-    state.busy = true;
+  async function load() {
     saveFilters();
     const { from, to, x0, x1 } = currentRange();
     const range = { from, to, node: $("node").value };
@@ -162,14 +102,10 @@
       state.error = e.message || String(e);
       showBanner(`Cannot load data from the query service: ${state.error}`, false);
     } finally {
-      state.busy = false;
       renderStatus();
-      if (state.again) {
-        state.again = false;
-        refresh();
-      }
     }
   }
+  const refresh = zt.oneAtATime(load);
 
   const gpuKey = (d) => `${d.node_id}\u0000${d.device}`;
   const portKey = (d) => `${d.node_id}\u0000${d.device}\u0000${d.device_index}`;
@@ -434,7 +370,7 @@
     if (!values.length) plot.append(el("div", { className: "nodata", text: "Not given by this device in this range" }));
     const legend = el("div", { className: "legend" });
     for (const line of lines) {
-      legend.append(el("span", { className: "item" }, el("span", { className: "swatch", style: `background:${line.color}` }), line.label));
+      legend.append(el("span", { className: "item" }, swatch(line.color), line.label));
     }
     figure.append(plot, legend);
     return figure;
@@ -442,39 +378,11 @@
 
   // --- status and wiring --------------------------------------------------------------------
 
-  function showBanner(text, warn) {
-    const banner = $("banner");
-    banner.hidden = !text;
-    banner.className = warn ? "banner warn" : "banner";
-    banner.textContent = text || "";
-  }
-
-  function renderStatus() {
-    const status = $("status");
-    status.textContent = "";
-    const auto = $("auto").checked;
-    const dot = el("span", { className: `dot${state.error ? " down" : auto ? "" : " paused"}` });
-    const when = state.updated ? `updated ${clock(state.updated.getTime())}` : "not loaded yet";
-    const mode = state.error ? "query service unreachable" : auto ? "live" : "paused";
-    status.append(dot, `${mode} · ${when} · times are local`);
-  }
-
-  let timer = null;
-  function schedule() {
-    clearInterval(timer);
-    timer = $("auto").checked ? setInterval(() => { if (!document.hidden) refresh(); }, REFRESH_MS) : null;
-    renderStatus();
-  }
+  const renderStatus = () => zt.renderLiveStatus(state);
 
   restoreFilters();
-  $("filters").addEventListener("change", (e) => {
-    if (e.target.id === "auto") schedule();
-    else {
-      if (e.target.id === "range" && e.target.value !== "custom") state.custom = null;
-      refresh();
-    }
-  });
-  $("filters").addEventListener("submit", (e) => e.preventDefault());
-  schedule();
-  refresh();
+  zt.goLive({ refresh, everyMs: REFRESH_MS, renderStatus, changed: (target) => {
+    if (target.id === "range" && target.value !== "custom") state.custom = null;
+    refresh();
+  } });
 })();

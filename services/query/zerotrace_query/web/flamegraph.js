@@ -6,7 +6,7 @@
 "use strict";
 
 (function () {
-  const $ = (id) => document.getElementById(id);
+  const { $, getJson, showBanner } = zt;
   const ROW = 18;
   const MIN_PX = 0.6; // narrower frames are not drawn (they would be invisible anyway)
   const RANGES = { "5m": 300n, "15m": 900n, "1h": 3600n, "6h": 21600n, "24h": 86400n, "7d": 604800n };
@@ -120,33 +120,21 @@
     if ($("range").value === "custom") {
       for (const k of ["from", "to", "base_from", "base_to"]) q.set(k, tw[k]);
     } else if ($("range").value !== "15m") q.set("range", $("range").value);
-    const text = q.toString();
-    history.replaceState(null, "", text ? "?" + text : location.pathname);
+    zt.replaceQuery(q);
   }
 
   // --- loading -------------------------------------------------------------------------------
-  async function getJson(url) {
-    const response = await fetch(url, { cache: "no-store" });
-    const body = await response.json();
-    if (!response.ok) throw new Error(body.error || response.statusText);
-    return body;
-  }
-  function showBanner(text, warn) {
-    const banner = $("banner");
-    banner.hidden = !text;
-    banner.className = warn ? "banner warn" : "banner";
-    banner.textContent = text || "";
-  }
   async function load() {
     const ticket = (state.loading += 1);
     const p = controls();
     const tw = timeWindow();
     writeUrl(p, tw);
     const diff = p.mode === "diff";
-    const url = (diff ? "/api/v1/profiles/diff?" : "/api/v1/profiles/flamegraph?") + query(p, tw, diff);
-    const catalogQuery = new URLSearchParams({ type: p.type, from: tw.from, to: tw.to });
+    const path = diff ? "/api/v1/profiles/diff" : "/api/v1/profiles/flamegraph";
+    const catalogQuery = { type: p.type, from: tw.from, to: tw.to };
     try {
-      const [catalog, data] = await Promise.all([getJson("/api/v1/profiles/catalog?" + catalogQuery), getJson(url)]);
+      const [catalog, data] = await Promise.all([
+        getJson("/api/v1/profiles/catalog", catalogQuery), getJson(path, Object.fromEntries(query(p, tw, diff)))]);
       if (ticket !== state.loading) return; // a newer load started meanwhile
       fillPickers(catalog);
       state.mode = diff ? "diff" : "flame";
@@ -340,10 +328,7 @@
       const sign = node.delta > 0 ? "+" : "";
       line("change", `${sign}${fmtValue(node.delta)} (${sign}${pct(node.delta, d.total)})`, node.delta > 0 ? "grow" : node.delta < 0 ? "shrink" : "");
     }
-    tip.hidden = false;
-    const wide = tip.offsetWidth;
-    tip.style.left = Math.min(x + 14, window.innerWidth - wide - 8) + "px";
-    tip.style.top = y + 16 + "px";
+    zt.placeTip(tip, x, y, 16);
   }
   function bind() {
     const flame = $("flame");
@@ -374,8 +359,7 @@
     // Enter in the frame box submits the form: load instead of navigating.
     $("filters").addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
     $("refresh").addEventListener("click", load);
-    let resize = 0;
-    window.addEventListener("resize", () => { clearTimeout(resize); resize = setTimeout(draw, 100); });
+    zt.onResize(draw, 100);
   }
 
   readUrl();

@@ -9,7 +9,6 @@
 (() => {
   const RANGES = { "5m": 300, "15m": 900, "1h": 3600, "6h": 21600, "24h": 86400 };
   const REFRESH_MS = 10000;
-  const SVG_NS = "http://www.w3.org/2000/svg";
   // Error-rate classes: below 1 % fine, below 5 % a warning, else bad.
   const WARN_AT = 0.01;
   const BAD_AT = 0.05;
@@ -19,47 +18,10 @@
   const ROW_GAP = 34;
   const PAD = 24;
 
-  const state = { busy: false, again: false, last: null, updated: null, error: null,
-    protocols: new Set(), custom: null };
-  const $ = (id) => document.getElementById(id);
-
-  function el(tag, props, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(props || {})) {
-      if (k === "text") node.textContent = v;
-      else if (k.startsWith("data-") || k === "style") node.setAttribute(k, v);
-      else node[k] = v;
-    }
-    for (const child of children) if (child != null) node.append(child);
-    return node;
-  }
-
-  function svgEl(tag, attrs, text) {
-    const node = document.createElementNS(SVG_NS, tag);
-    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
-    if (text != null) node.textContent = text;
-    return node;
-  }
+  const state = { last: null, updated: null, error: null, protocols: new Set(), custom: null };
+  const { $, el, svgEl, clock, duration, getJson, showBanner } = zt;
 
   // --- formatting ---------------------------------------------------------------------------
-
-  const pad = (n, w = 2) => String(n).padStart(w, "0");
-  function clock(ms) {
-    const d = new Date(ms);
-    return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
-  }
-
-  function duration(ns) {
-    if (ns == null || !Number.isFinite(ns)) return "—";
-    const units = [[1e9, "s"], [1e6, "ms"], [1e3, "µs"]];
-    for (const [size, unit] of units) {
-      if (Math.abs(ns) >= size) {
-        const v = ns / size;
-        return `${v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)} ${unit}`;
-      }
-    }
-    return `${ns} ns`;
-  }
 
   function rate(perS) {
     if (perS == null || !Number.isFinite(perS)) return "—";
@@ -85,15 +47,8 @@
   // --- filters and URL ----------------------------------------------------------------------
 
   function restoreFilters() {
-    const params = new URLSearchParams(location.search);
-    if (params.get("from") && params.get("to")) {
-      state.custom = { from: params.get("from"), to: params.get("to") };
-      $("range").value = "custom";
-      $("range").querySelector('option[value="custom"]').hidden = false;
-    } else if (RANGES[params.get("range")]) {
-      $("range").value = params.get("range");
-    }
-    const protocol = params.get("protocol");
+    state.custom = zt.restoreRange(RANGES);
+    const protocol = new URLSearchParams(location.search).get("protocol");
     if (protocol) {
       $("protocol").append(el("option", { value: protocol, text: protocol }));
       $("protocol").value = protocol;
@@ -101,42 +56,14 @@
   }
 
   function saveFilters() {
-    const params = new URLSearchParams();
-    const range = $("range").value;
-    if (range === "custom" && state.custom) {
-      params.set("from", state.custom.from);
-      params.set("to", state.custom.to);
-    } else if (range !== "15m") {
-      params.set("range", range);
-    }
+    const params = zt.rangeParams(state.custom);
     if ($("protocol").value) params.set("protocol", $("protocol").value);
-    const query = params.toString();
-    history.replaceState(null, "", query ? `?${query}` : location.pathname);
+    zt.replaceQuery(params);
   }
 
   // --- data -----------------------------------------------------------------------------------
 
-  const nsAt = (ms) => (BigInt(Math.round(ms)) * 1000000n).toString();
-
-  async function getJson(path, params) {
-    const query = new URLSearchParams(params);
-    const response = await fetch(`${path}?${query}`, { cache: "no-store" });
-    let body;
-    try {
-      body = await response.json();
-    } catch (e) {
-      throw new Error(`${path} answered ${response.status} without JSON`);
-    }
-    if (!response.ok) throw new Error(body.error || `${path} answered ${response.status}`);
-    return body;
-  }
-
-  async function refresh() {
-    if (state.busy) {
-      state.again = true;
-      return;
-    }
-    state.busy = true;
+  async function load() {
     saveFilters();
     try {
       let params;
@@ -145,7 +72,7 @@
       } else {
         const now = Date.now();
         const seconds = RANGES[$("range").value] || RANGES["15m"];
-        params = { from: nsAt(now - seconds * 1000), to: nsAt(now) };
+        params = { from: zt.nsAt(now - seconds * 1000), to: zt.nsAt(now) };
       }
       state.last = await getJson("/api/v1/services/map", params);
       state.updated = new Date();
@@ -155,31 +82,14 @@
       state.error = e.message || String(e);
       showBanner(`Cannot load the service map: ${state.error}`);
     } finally {
-      state.busy = false;
       renderStatus();
-      if (state.again) {
-        state.again = false;
-        refresh();
-      }
     }
   }
+  const refresh = zt.oneAtATime(load);
 
   // --- rendering ------------------------------------------------------------------------------
 
-  function showBanner(text) {
-    $("banner").hidden = !text;
-    $("banner").textContent = text || "";
-  }
-
-  function renderStatus() {
-    const status = $("status");
-    status.textContent = "";
-    const auto = $("auto").checked;
-    const dot = el("span", { className: `dot${state.error ? " down" : auto ? "" : " paused"}` });
-    const when = state.updated ? `updated ${clock(state.updated.getTime())}` : "not loaded yet";
-    const mode = state.error ? "query service unreachable" : auto ? "live" : "paused";
-    status.append(dot, `${mode} · ${when} · times are local`);
-  }
+  const renderStatus = () => zt.renderLiveStatus(state);
 
   // The edges shown: the protocol filter's, or all.
   function shownEdges(body) {
@@ -424,10 +334,7 @@
     const tip = $("tooltip");
     tip.textContent = "";
     lines.forEach((line, i) => tip.append(el("div", { className: i ? "row" : "t", text: line })));
-    tip.hidden = false;
-    const x = Math.min(ev.clientX + 14, window.innerWidth - tip.offsetWidth - 8);
-    tip.style.left = `${x}px`;
-    tip.style.top = `${ev.clientY + 14}px`;
+    zt.placeTip(tip, ev.clientX, ev.clientY);
   }
 
   function hideTip() {
@@ -477,25 +384,14 @@
 
   // --- wiring ---------------------------------------------------------------------------------
 
-  let timer = null;
-  function schedule() {
-    clearInterval(timer);
-    timer = $("auto").checked ? setInterval(() => { if (!document.hidden) refresh(); }, REFRESH_MS) : null;
-    renderStatus();
-  }
-
   restoreFilters();
-  $("filters").addEventListener("change", (e) => {
-    if (e.target.id === "auto") schedule();
-    else if (e.target.id === "protocol" && state.last) {
+  zt.goLive({ refresh, everyMs: REFRESH_MS, renderStatus, changed: (target) => {
+    if (target.id === "protocol" && state.last) {
       saveFilters();
       render();
     } else {
-      if (e.target.id === "range" && e.target.value !== "custom") state.custom = null;
+      if (target.id === "range" && target.value !== "custom") state.custom = null;
       refresh();
     }
-  });
-  $("filters").addEventListener("submit", (e) => e.preventDefault());
-  schedule();
-  refresh();
+  } });
 })();

@@ -8,57 +8,16 @@
   const RANGES = { "5m": 300, "15m": 900, "1h": 3600, "6h": 21600, "24h": 86400 };
   const REFRESH_MS = 5000;
   const TABLE_LIMIT = 200;
-  const PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626",
-    "#4b5563", "#65a30d", "#c026d3"];
-  const SVG_NS = "http://www.w3.org/2000/svg";
   // The filters, by element id and URL parameter.
   const FIELDS = [["protocol", "protocol"], ["service", "service"], ["status-filter", "status"],
     ["min-ms", "min_ms"], ["max-ms", "max_ms"], ["range", "range"]];
 
-  const state = { protocols: new Set(), services: new Set(), colors: new Map(), busy: false,
-    again: false, last: null, updated: null, error: null };
-  const $ = (id) => document.getElementById(id);
-
-  function el(tag, props, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(props || {})) {
-      if (k === "text") node.textContent = v;
-      else if (k === "style") node.setAttribute("style", v);
-      else if (k.startsWith("data-")) node.setAttribute(k, v);
-      else node[k] = v;
-    }
-    for (const child of children) if (child != null) node.append(child);
-    return node;
-  }
-
-  function svgEl(tag, attrs) {
-    const node = document.createElementNS(SVG_NS, tag);
-    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
-    return node;
-  }
+  const state = { protocols: new Set(), services: new Set(), last: null, updated: null,
+    error: null };
+  const { $, el, svgEl, swatch, clock, duration, nsAt, msToNs, getJson, showBanner } = zt;
+  const colorFor = zt.colorPicker();
 
   // --- formatting ---------------------------------------------------------------------------
-
-  const pad = (n, w = 2) => String(n).padStart(w, "0");
-  function clock(ms, millis = false) {
-    const d = new Date(ms);
-    let s = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
-    if (millis) s += `.${pad(d.getMilliseconds(), 3)}`;
-    return s;
-  }
-
-  // A duration in ns, in the largest unit that keeps it at 1 or more.
-  function duration(ns) {
-    if (ns == null || !Number.isFinite(ns)) return "—";
-    const units = [[1e9, "s"], [1e6, "ms"], [1e3, "µs"]];
-    for (const [size, unit] of units) {
-      if (Math.abs(ns) >= size) {
-        const v = ns / size;
-        return `${v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)} ${unit}`;
-      }
-    }
-    return `${ns} ns`;
-  }
 
   // A bucket edge (1-2-5 series), short: 1µs, 20ms, 5s.
   function edge(ns) {
@@ -69,82 +28,11 @@
 
   const protocolOf = (kind) => (kind.includes(".") ? kind.slice(0, kind.lastIndexOf(".")) : kind);
 
-  function colorFor(key) {
-    if (!state.colors.has(key)) state.colors.set(key, PALETTE[state.colors.size % PALETTE.length]);
-    return state.colors.get(key);
-  }
-
-  // --- filters and URL ----------------------------------------------------------------------
-
-  function filters() {
-    const f = {};
-    for (const [id, name] of FIELDS) f[name] = $(id).value.trim();
-    return f;
-  }
-
-  function restoreFilters() {
-    const params = new URLSearchParams(location.search);
-    for (const [id, name] of FIELDS) {
-      const value = params.get(name);
-      if (!value) continue;
-      const input = $(id);
-      if (input.tagName === "SELECT" && ![...input.options].some((o) => o.value === value)) {
-        input.append(el("option", { value, text: value }));
-      }
-      input.value = value;
-    }
-  }
-
-  function saveFilters(f) {
-    const params = new URLSearchParams();
-    for (const [k, v] of Object.entries(f)) if (v && !(k === "range" && v === "15m")) params.set(k, v);
-    const query = params.toString();
-    history.replaceState(null, "", query ? `?${query}` : location.pathname);
-  }
-
-  function addOptions(select, values, known) {
-    for (const v of values) {
-      if (!v || known.has(v)) continue;
-      known.add(v);
-      if (![...select.options].some((o) => o.value === v)) select.append(el("option", { value: v, text: v }));
-    }
-    const options = [...select.options].filter((o) => o.value).sort((a, b) => a.value.localeCompare(b.value));
-    for (const o of options) select.append(o);
-  }
-
   // --- data -----------------------------------------------------------------------------------
 
-  const nsAt = (ms) => (BigInt(Math.round(ms)) * 1000000n).toString();
-  // Milliseconds typed in a box -> whole ns for the API ("" stays "").
-  function msToNs(text) {
-    if (text === "") return "";
-    const v = Number(text);
-    if (!Number.isFinite(v) || v < 0) throw new Error(`${text} is not a duration in ms`);
-    return String(Math.round(v * 1e6));
-  }
-
-  async function getJson(path, params) {
-    const query = new URLSearchParams();
-    for (const [k, v] of Object.entries(params)) if (v !== "" && v != null) query.set(k, v);
-    const response = await fetch(`${path}?${query}`, { cache: "no-store" });
-    let body;
-    try {
-      body = await response.json();
-    } catch (e) {
-      throw new Error(`${path} answered ${response.status} without JSON`);
-    }
-    if (!response.ok) throw new Error(body.error || `${path} answered ${response.status}`);
-    return body;
-  }
-
-  async function refresh() {
-    if (state.busy) {
-      state.again = true; // a filter changed while loading: load once more when done
-      return;
-    }
-    state.busy = true;
-    const f = filters();
-    saveFilters(f);
+  async function load() {
+    const f = zt.readFields(FIELDS);
+    zt.saveFilters(f);
     const now = Date.now();
     try {
       const params = {
@@ -164,38 +52,20 @@
       state.error = e.message || String(e);
       showBanner(`Cannot load spans: ${state.error}`);
     } finally {
-      state.busy = false;
       renderStatus();
-      if (state.again) {
-        state.again = false;
-        refresh();
-      }
     }
   }
+  const refresh = zt.oneAtATime(load);
 
   // --- rendering ------------------------------------------------------------------------------
 
-  function showBanner(text) {
-    const banner = $("banner");
-    banner.hidden = !text;
-    banner.textContent = text || "";
-  }
-
-  function renderStatus() {
-    const status = $("status");
-    status.textContent = "";
-    const auto = $("auto").checked;
-    const dot = el("span", { className: `dot${state.error ? " down" : auto ? "" : " paused"}` });
-    const when = state.updated ? `updated ${clock(state.updated.getTime())}` : "not loaded yet";
-    const mode = state.error ? "query service unreachable" : auto ? "live" : "paused";
-    status.append(dot, `${mode} · ${when} · times are local`);
-  }
+  const renderStatus = () => zt.renderLiveStatus(state);
 
   function render() {
     const { f, spans, histograms } = state.last;
     showBanner("");
-    addOptions($("protocol"), histograms.protocols.map((p) => p.protocol), state.protocols);
-    addOptions($("protocol"), spans.spans.map((s) => protocolOf(s.kind)), state.protocols);
+    zt.addOptions($("protocol"), histograms.protocols.map((p) => p.protocol), state.protocols);
+    zt.addOptions($("protocol"), spans.spans.map((s) => protocolOf(s.kind)), state.protocols);
     for (const s of spans.spans) {
       if (s.service && !state.services.has(s.service)) {
         state.services.add(s.service);
@@ -232,8 +102,7 @@
     const stats = el("span", { className: "unit",
       text: `${p.count} spans · ${p.errors} errors · p50 ≤ ${duration(p.p50_ns)} · ` +
         `p90 ≤ ${duration(p.p90_ns)} · p99 ≤ ${duration(p.p99_ns)}` });
-    const swatch = el("span", { className: "swatch", style: `background:${color}` });
-    figure.append(el("figcaption", {}, swatch, ` ${p.protocol} `, stats));
+    figure.append(el("figcaption", {}, swatch(color), ` ${p.protocol} `, stats));
     const plot = el("div", { className: "plot" });
     figure.append(plot);
     $("histograms").append(figure); // in the page first, so the plot has its width
@@ -297,10 +166,9 @@
       const protocol = protocolOf(s.kind);
       const failed = s.status === "ERROR";
       const ns = s.duration_ns ?? s.end_ns - s.start_ns;
-      const swatch = el("span", { className: "swatch", style: `background:${colorFor(protocol)}` });
       tbody.append(el("tr", {},
-        el("td", { className: "time", text: clock(s.start_ns / 1e6, true) }),
-        el("td", { className: "protocol" }, swatch, protocol),
+        el("td", { className: "time", text: clock(s.start_ns / 1e6, true, true) }),
+        el("td", { className: "protocol" }, swatch(colorFor(protocol)), protocol),
         el("td", { className: "kind", text: s.kind }),
         el("td", { className: "service", text: s.service || "" }),
         el("td", { className: "name", title: s.name || "" }, el("a", { className: "trace-link",
@@ -315,24 +183,7 @@
 
   // --- wiring ---------------------------------------------------------------------------------
 
-  let timer = null;
-  function schedule() {
-    clearInterval(timer);
-    timer = $("auto").checked ? setInterval(() => { if (!document.hidden) refresh(); }, REFRESH_MS) : null;
-    renderStatus();
-  }
-
-  restoreFilters();
-  $("filters").addEventListener("change", (e) => {
-    if (e.target.id === "auto") schedule();
-    else refresh();
-  });
-  $("filters").addEventListener("submit", (e) => e.preventDefault());
-  let resizeTimer = null;
-  window.addEventListener("resize", () => {
-    clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(() => { if (state.last) render(); }, 150);
-  });
-  schedule();
-  refresh();
+  zt.restoreFields(FIELDS);
+  zt.onResize(() => { if (state.last) render(); }, 150);
+  zt.goLive({ refresh, everyMs: REFRESH_MS, renderStatus });
 })();

@@ -20,66 +20,19 @@
     ["file_write", "disk write (summed)", "#a8a29e"],
   ];
   const PART = Object.fromEntries(PARTS.map(([name, label, color]) => [name, { label, color }]));
-  const SERVICE_COLORS = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2",
-    "#dc2626", "#4b5563", "#65a30d", "#c026d3"];
   // The filters, by element id and URL parameter.
   const FIELDS = [["service", "service"], ["operation", "operation"], ["min-ms", "min_ms"],
     ["max-ms", "max_ms"], ["error", "error"], ["range", "range"], ["trace-id", "trace"]];
 
-  const state = { busy: false, again: false, services: new Set(), operations: new Set(),
-    colors: new Map(), updated: null, error: null, trace: null, shown: null };
-  const $ = (id) => document.getElementById(id);
-
-  function el(tag, props, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(props || {})) {
-      if (k === "text") node.textContent = v;
-      else if (k === "style") node.setAttribute("style", v);
-      else if (k.startsWith("data-")) node.setAttribute(k, v);
-      else node[k] = v;
-    }
-    for (const child of children) if (child != null) node.append(child);
-    return node;
-  }
-
-  // --- formatting ---------------------------------------------------------------------------
-
-  const pad = (n, w = 2) => String(n).padStart(w, "0");
-  function clock(ms) {
-    const d = new Date(ms);
-    return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.` +
-      pad(d.getMilliseconds(), 3);
-  }
-
-  // A duration in ns, in the largest unit that keeps it at 1 or more.
-  function duration(ns) {
-    if (ns == null || !Number.isFinite(ns)) return "—";
-    const units = [[1e9, "s"], [1e6, "ms"], [1e3, "µs"]];
-    for (const [size, unit] of units) {
-      if (Math.abs(ns) >= size) {
-        const v = ns / size;
-        const a = Math.abs(v);
-        return `${a >= 100 ? v.toFixed(0) : a >= 10 ? v.toFixed(1) : v.toFixed(2)} ${unit}`;
-      }
-    }
-    return `${ns} ns`;
-  }
-
-  function colorFor(service) {
-    const key = service || "";
-    if (!state.colors.has(key)) {
-      state.colors.set(key, SERVICE_COLORS[state.colors.size % SERVICE_COLORS.length]);
-    }
-    return state.colors.get(key);
-  }
+  const state = { services: new Set(), operations: new Set(), updated: null, error: null,
+    trace: null, shown: null };
+  const { $, el, swatch, duration, getJson, showBanner } = zt;
+  const serviceColor = zt.colorPicker();
+  const colorFor = (service) => serviceColor(service || "");
+  // Times to the ms: a trace's spans are that close together.
+  const clock = (ms) => zt.clock(ms, true, true);
 
   // --- filters and URL ----------------------------------------------------------------------
-
-  function filters() {
-    const f = {};
-    for (const [id, name] of FIELDS) f[name] = $(id).value.trim();
-    return f;
-  }
 
   function restoreFilters() {
     const params = new URLSearchParams(location.search);
@@ -87,13 +40,6 @@
       const value = params.get(name);
       if (value) $(id).value = value;
     }
-  }
-
-  function saveFilters(f) {
-    const params = new URLSearchParams();
-    for (const [k, v] of Object.entries(f)) if (v && !(k === "range" && v === "15m")) params.set(k, v);
-    const query = params.toString();
-    history.replaceState(null, "", query ? `?${query}` : location.pathname);
   }
 
   function remember(datalist, known, values) {
@@ -106,44 +52,15 @@
 
   // --- data -----------------------------------------------------------------------------------
 
-  const nsAt = (ms) => (BigInt(Math.round(ms)) * 1000000n).toString();
-  // Milliseconds typed in a box -> whole ns for the API ("" stays "").
-  function msToNs(text) {
-    if (text === "") return "";
-    const v = Number(text);
-    if (!Number.isFinite(v) || v < 0) throw new Error(`${text} is not a duration in ms`);
-    return String(Math.round(v * 1e6));
-  }
-
-  async function getJson(path, params) {
-    const query = new URLSearchParams();
-    for (const [k, v] of Object.entries(params || {})) if (v !== "" && v != null) query.set(k, v);
-    const text = query.toString();
-    const response = await fetch(text ? `${path}?${text}` : path, { cache: "no-store" });
-    let body;
-    try {
-      body = await response.json();
-    } catch (e) {
-      throw new Error(`${path} answered ${response.status} without JSON`);
-    }
-    if (!response.ok) throw new Error(body.error || `${path} answered ${response.status}`);
-    return body;
-  }
-
-  async function search() {
-    if (state.busy) {
-      state.again = true; // a filter changed while loading: search once more when done
-      return;
-    }
-    state.busy = true;
-    const f = filters();
-    saveFilters(f);
+  async function load() {
+    const f = zt.readFields(FIELDS);
+    zt.saveFilters(f);
     let problem = "";
     try {
       const page = await getJson("/api/v1/traces", {
         service: f.service, operation: f.operation, error: f.error,
-        min_duration: msToNs(f.min_ms), max_duration: msToNs(f.max_ms),
-        from: nsAt(Date.now() - (RANGES[f.range] || RANGES["15m"]) * 1000), limit: LIST_LIMIT,
+        min_duration: zt.msToNs(f.min_ms), max_duration: zt.msToNs(f.max_ms),
+        from: zt.nsAt(Date.now() - (RANGES[f.range] || RANGES["15m"]) * 1000), limit: LIST_LIMIT,
       });
       const filtered = Boolean(f.service || f.operation || f.error || f.min_ms || f.max_ms || f.trace);
       state.error = null;
@@ -165,13 +82,9 @@
     }
     showBanner(problem);
     markSelected();
-    state.busy = false;
     renderStatus();
-    if (state.again) {
-      state.again = false;
-      search();
-    }
   }
+  const search = zt.oneAtATime(load);
 
   function open(id) {
     $("trace-id").value = id;
@@ -179,12 +92,6 @@
   }
 
   // --- rendering: the list --------------------------------------------------------------------
-
-  function showBanner(text) {
-    const banner = $("banner");
-    banner.hidden = !text;
-    banner.textContent = text || "";
-  }
 
   function renderStatus() {
     const status = $("status");
@@ -208,12 +115,11 @@
     for (const t of page.traces) {
       remember("services", state.services, t.services);
       remember("operations", state.operations, [t.root.name]);
-      const swatch = el("span", { className: "swatch", style: `background:${colorFor(t.root.service)}` });
       const bar = el("div", { className: "mini" },
         el("span", { style: `width:${Math.max(1, (100 * t.duration_ns) / longest).toFixed(2)}%` }));
       const row = el("tr", { className: "trace-row", "data-trace-id": t.trace_id, title: "Show this trace" },
         el("td", { className: "time", text: clock(t.start_ns / 1e6) }),
-        el("td", { className: "service" }, swatch, t.root.service || ""),
+        el("td", { className: "service" }, swatch(colorFor(t.root.service)), t.root.service || ""),
         el("td", { className: "name", text: t.root.name || t.root.span_id, title: t.root.name || "" }),
         el("td", { className: "num spans", text: String(t.span_count) }),
         el("td", { className: "services dim", text: t.services.join(", ") }),
@@ -308,9 +214,8 @@
     for (const s of trace.spans) {
       const row = el("div", { className: "wf-row", "data-span-id": s.span_id, "data-depth": s.depth,
         title: describe(s) });
-      const swatch = el("span", { className: "swatch", style: `background:${colorFor(s.service)}` });
       row.append(el("div", { className: "wf-label", style: `padding-left:${8 + 16 * s.depth}px` },
-        swatch, el("span", { className: "wf-service", text: s.service || "?" }),
+        swatch(colorFor(s.service)), el("span", { className: "wf-service", text: s.service || "?" }),
         el("span", { className: "wf-name", text: ` ${s.name || s.kind}` })));
       const track = el("div", { className: "wf-track" });
       for (const p of s.parts.filter((q) => q.offset_ns < 0)) {
