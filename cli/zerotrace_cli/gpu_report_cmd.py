@@ -9,17 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 from zerotrace import settings
-from zerotrace.errors import ConfigError, TransientIO
+from zerotrace.errors import ConfigError
 from zerotrace.replay import parse_time
+from zerotrace_cli.api_fetch import fetch
 from zerotrace_cli.chip_report_view import (
     PeriodFacts,
     render_html,
@@ -30,10 +28,12 @@ from zerotrace_cli.export_cmd import RELATIVE_TIME
 from zerotrace_collector.chip_report import ChipRow, chip_report
 from zerotrace_collector.smi_recordings import read_recording
 from zerotrace_collector.smi_values import SmiOutputError
-from zerotrace_query.api_auth import client_headers
 from zerotrace_query.chip_compare import MODELS_PATH
 
 MS_NS = 1_000_000
+START_HINT = (
+    ": start one with `zerotrace run` (embedded) or `zerotrace query` (distributed), or fix --api"
+)
 EXAMPLES = """examples:
   zerotrace gpu-report tests/fixtures/amd_smi/rocm-6.4 tests/fixtures/npu_smi/25.3.rc1-a3
   zerotrace gpu-report --api http://127.0.0.1:8080                      # the last hour
@@ -101,23 +101,7 @@ def period_ns(args: argparse.Namespace, now_ms: int) -> tuple[int, int]:
 def fetch_comparison(base: str, params: Mapping[str, str], token: str = "") -> Any:
     """The /api/v1/gpu/models answer; ConfigError when refused, TransientIO when no service
     answers."""
-    url = f"{base.rstrip('/')}{MODELS_PATH}?{urlencode(params)}"
-    request = urllib.request.Request(url, headers=client_headers(token))
-    try:
-        with urllib.request.urlopen(request, timeout=60) as r:
-            return json.load(r)
-    except urllib.error.HTTPError as exc:
-        with exc:
-            try:
-                reason = json.loads(exc.read()).get("error", exc.reason)
-            except ValueError:
-                reason = exc.reason
-        raise ConfigError(f"the query service at {base} refused: {reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise TransientIO(
-            f"no query service at {base} ({getattr(exc, 'reason', exc)}): start one with "
-            "`zerotrace run` (embedded) or `zerotrace query` (distributed), or fix --api"
-        ) from None
+    return json.loads(fetch(base, MODELS_PATH, params, token, hint=START_HINT))
 
 
 def _utc(ns: int) -> str:

@@ -9,23 +9,24 @@ import argparse
 import json
 import re
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
 
 from zerotrace import settings
 from zerotrace.clock import SystemClock
-from zerotrace.errors import ConfigError, TransientIO
-from zerotrace_query.api_auth import client_headers
+from zerotrace.errors import ConfigError
+from zerotrace_cli import api_fetch
 from zerotrace_query.flame_graph import PROFILE_TYPES
 
 NS_PER_S = 1_000_000_000
 _SPAN = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _SPAN_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 FORMATS = ("text", "folded", "pprof", "speedscope", "json")
+FLAMEGRAPH_PATH = "/api/v1/profiles/flamegraph"
+START_HINT = (
+    ": start one with `zerotrace query` (distributed) or `zerotrace run` (embedded), or pass --http"
+)
 
 
 def register(sub: Any) -> None:
@@ -87,23 +88,14 @@ def query_params(args: argparse.Namespace, now_ns: int) -> dict[str, str]:
 
 def fetch(base: str, params: Mapping[str, str], token: str = "") -> bytes:
     """The flame graph route's answer; token: the API's bearer token ("" = none)."""
-    url = f"{base.rstrip('/')}/api/v1/profiles/flamegraph?{urlencode(params)}"
-    request = urllib.request.Request(url, headers=client_headers(token))
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            data: bytes = response.read()
-            return data
-    except urllib.error.HTTPError as exc:
-        try:
-            reason = json.loads(exc.read()).get("error", exc.reason)
-        except ValueError:
-            reason = exc.reason
-        raise ConfigError(f"the query service refused the request: {reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise TransientIO(
-            f"no query service at {base} ({getattr(exc, 'reason', exc)}): start one with "
-            "`zerotrace query` (distributed) or `zerotrace run` (embedded), or pass --http"
-        ) from None
+    return api_fetch.fetch(
+        base,
+        FLAMEGRAPH_PATH,
+        params,
+        token,
+        refused="the query service refused the request",
+        hint=START_HINT,
+    )
 
 
 def format_value(value: float, unit: str, profile_type: str) -> str:

@@ -7,9 +7,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,11 +15,14 @@ from zerotrace.clock import SystemClock
 from zerotrace.codec import AvroCodec
 from zerotrace.errors import ConfigError, TransientIO
 from zerotrace.kafka_security import kafka_security
+from zerotrace_cli.api_fetch import fetch
 from zerotrace_cli.common import StopFlag, say
 from zerotrace_cli.kafka_wiring import kafka_bus, kafka_codec
 
 if TYPE_CHECKING:
     from zerotrace.step import Step
+
+SPANS_PATH = "/api/v1/spans"
 
 
 def register(sub: Any) -> None:
@@ -223,8 +223,6 @@ def access_line(token: str) -> str:
 
 
 def spans(args: argparse.Namespace) -> int:
-    from zerotrace_query.api_auth import client_headers
-
     token = settings.load(settings.CommonSettings).api_token
     if args.grpc:
         import grpc
@@ -243,16 +241,7 @@ def spans(args: argparse.Namespace) -> int:
                              span.pid, span.name))  # fmt: skip
         return 0
     base = args.http or "http://127.0.0.1:8080"
-    url = f"{base}/api/v1/spans?{urllib.parse.urlencode(_span_filters(args))}"
-    request = urllib.request.Request(url, headers=client_headers(token))
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            body = json.load(response)
-    except urllib.error.HTTPError as exc:
-        with exc:
-            raise ConfigError(f"the query service at {base} refused: {_reason(exc)}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise TransientIO(f"no query service at {base} ({getattr(exc, 'reason', exc)})") from None
+    body = json.loads(fetch(base, SPANS_PATH, _span_filters(args), token, timeout_s=10))
     for span in body["spans"]:
         print(_span_line(span["start_ns"], span["end_ns"], span["status"], span["kind"],
                          span["process_name"], span["pid"], span["name"]))  # fmt: skip
@@ -279,14 +268,6 @@ def _span_line(
     at = time.strftime("%H:%M:%S", time.localtime(int(start_ns) / 1e9))
     took_ms = (int(end_ns) - int(start_ns)) / 1e6
     return f"{at} {took_ms:9.3f} ms {status or '-':5} {kind:18} {process}[{pid}] {name}"
-
-
-def _reason(exc: urllib.error.HTTPError) -> str:
-    """The one-line error the query service answered with, else the HTTP reason."""
-    try:
-        return str(json.loads(exc.read()).get("error", exc.reason))
-    except ValueError:
-        return str(exc.reason)
 
 
 def topics(args: argparse.Namespace) -> int:

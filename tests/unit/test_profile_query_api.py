@@ -177,4 +177,4 @@ def test_the_flame_graph_page_is_served(api: str) -> None:
     assert b'<script src="/static/flamegraph.js">' in body
     status, body, ctype = get(f"{api}/static/flamegraph.js")
     assert status == 200 and ctype.startswith("text/javascript")
-    assert b"/api/v1/profiles/diff?" in body
+    assert b"/api/v1/profiles/diff" in body and b"/api/v1/profiles/flamegraph" in body

@@ -3,8 +3,8 @@
 `export_window` reads the spans that started in [from, to) and the links trace assembly
 wrote for them, puts the traces together with `trace_trees.link` (as every view does), and
 sends them in batches to an OTLP receiver over gRPC (TraceService/Export, port 4317) or HTTP
-(POST /v1/traces, application/x-protobuf, port 4318). Encoding is otlp_spans' and the
-retry rules otlp_retry's; this module only moves bytes and waits.
+(POST /v1/traces, application/x-protobuf, port 4318). Encoding is otlp_spans', the retry
+rules otlp_retry's and the attempt loop retry_policy's; this module only moves bytes.
 
 A span whose parent started before the window keeps its parent and its trace's id: the
 ancestors outside the window are read too (link by link, as `trace_trees.trace` follows
@@ -35,10 +35,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceS
 
 from zerotrace import names
 from zerotrace.clock import Clock, SystemClock
-from zerotrace.errors import ConfigError, TransientIO
+from zerotrace.errors import ConfigError
 from zerotrace.store import Query, Store
 from zerotrace.store_rules import MAX_LIMIT
-from zerotrace_query import otlp_retry, otlp_spans, trace_trees, window_read
+from zerotrace_query import otlp_retry, otlp_spans, retry_policy, trace_trees, window_read
 from zerotrace_query.documents import SPANS, TRACE_EDGES
 
 PROTOCOL_GRPC = names.PROTOCOL_GRPC
@@ -54,7 +54,6 @@ BATCH_SPANS = 512
 MAX_WINDOW_SPANS = 500_000
 # Ancestors read outside the window, at most (each costs two store searches).
 MAX_ANCESTORS = 10_000
-NS_PER_S = 1_000_000_000
 MAX_MESSAGES = 5  # distinct partial-success messages kept for the summary
 
 
@@ -76,8 +75,7 @@ class ExportResult:
             f"OTLP/{self.protocol} {self.target}: {self.spans} spans sent in "
             f"{self.batches} request{'s' if self.batches != 1 else ''}"
         )
-        if self.retries:
-            line += f", {self.retries} retr{'ies' if self.retries != 1 else 'y'}"
+        line += retry_policy.retries_note(self.retries)
         if self.rejected:
             line += f", {self.rejected} rejected by the receiver"
             if self.messages:
@@ -87,22 +85,21 @@ class ExportResult:
 
 @dataclass(frozen=True)
 class Answer:
-    """One attempt's outcome: accepted (`wait_s` None, `final` False), to be sent again after
-    `wait_s`, or refused for good (`final`)."""
+    """A request the receiver took: how many of its spans it said it dropped, and why."""
 
-    description: str = ""
-    wait_s: float | None = None
-    final: bool = False
     rejected: int = 0
     message: str = ""
 
 
 class Sender:
-    """Sends one encoded request, once. Implementations: _GrpcSender, _HttpSender."""
+    """Sends one encoded request, once: its Answer, or a retry_policy.Failure (to be sent
+    again after its wait, or refused for good). Implementations: _GrpcSender, _HttpSender."""
 
     target: str
 
-    def send(self, request: ExportTraceServiceRequest, attempt: int, now_ns: int) -> Answer:
+    def send(
+        self, request: ExportTraceServiceRequest, attempt: int, now_ns: int
+    ) -> Answer | retry_policy.Failure:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -214,33 +211,22 @@ def _deliver(
     give_up_after_s: float,
 ) -> None:
     request = otlp_spans.export_request(batch)
-    budget = otlp_retry.Budget(clock.now_ns() + int(give_up_after_s * NS_PER_S))
-    attempt = 1
-    while True:
-        answer = sender.send(request, attempt, clock.now_ns())
-        if answer.wait_s is None and not answer.final:
-            result.spans += len(batch)
-            result.batches += 1
-            result.rejected += answer.rejected
-            if answer.message not in ("", *result.messages) and len(result.messages) < MAX_MESSAGES:
-                result.messages.append(answer.message)
-            return
-        so_far = f"{result.spans} spans were sent before"
-        if answer.final:
-            raise ConfigError(
-                f"The OTLP receiver at {sender.target} refused the spans ({answer.description});"
-                f" not retried, {so_far}."
-            )
-        wait_s = answer.wait_s or 0.0
-        if not budget.allows(clock.now_ns(), wait_s):
-            raise TransientIO(
-                f"OTLP export to {sender.target} gave up after {attempt} attempt"
-                f"{'s' if attempt != 1 else ''} within {give_up_after_s:g} s (last:"
-                f" {answer.description}); {so_far}."
-            )
-        sleep(wait_s)
-        result.retries += 1
-        attempt += 1
+    ending = retry_policy.send_within(
+        lambda attempt: sender.send(request, attempt, clock.now_ns()),
+        clock.now_ns,
+        sleep,
+        give_up_after_s,
+        refused=f"The OTLP receiver at {sender.target} refused the spans",
+        gave_up=f"OTLP export to {sender.target} gave up",
+        before=f"{result.spans} spans were sent before",
+    )
+    answer = ending.taken or Answer()
+    result.retries += ending.retries
+    result.spans += len(batch)
+    result.batches += 1
+    result.rejected += answer.rejected
+    if answer.message not in ("", *result.messages) and len(result.messages) < MAX_MESSAGES:
+        result.messages.append(answer.message)
 
 
 @dataclass(frozen=True)
@@ -304,7 +290,9 @@ class _GrpcSender(Sender):
         self._metadata = tuple((k.lower(), v) for k, v in headers.items())
         self._timeout_s = timeout_s
 
-    def send(self, request: ExportTraceServiceRequest, attempt: int, now_ns: int) -> Answer:
+    def send(
+        self, request: ExportTraceServiceRequest, attempt: int, now_ns: int
+    ) -> Answer | retry_policy.Failure:
         try:
             response: ExportTraceServiceResponse = self._stub.Export(
                 request, timeout=self._timeout_s, metadata=self._metadata
@@ -316,7 +304,7 @@ class _GrpcSender(Sender):
             status = dict(trailers or ()).get(otlp_retry.GRPC_STATUS_DETAILS_KEY)
             delay = otlp_retry.retry_info_delay_s(status if isinstance(status, bytes) else None)
             wait = otlp_retry.grpc_wait_s(code.name, delay, attempt, self._backoff)
-            return Answer(f"{code.name}: {details}", wait_s=wait, final=wait is None)
+            return retry_policy.Failure(f"{code.name}: {details}", wait)
         partial = response.partial_success
         return Answer(rejected=int(partial.rejected_spans), message=partial.error_message)
 
@@ -338,12 +326,13 @@ class _HttpSender(Sender):
             timeout=timeout_s, headers={**headers, "Content-Type": CONTENT_TYPE}
         )
 
-    def send(self, request: ExportTraceServiceRequest, attempt: int, now_ns: int) -> Answer:
+    def send(
+        self, request: ExportTraceServiceRequest, attempt: int, now_ns: int
+    ) -> Answer | retry_policy.Failure:
         try:
             response = self._client.post(self.target, content=request.SerializeToString())
         except httpx.TransportError as error:  # refused, reset, timed out: as a 503 would be
-            description = f"{type(error).__name__}: {error}"
-            return Answer(description, wait_s=self._backoff.delay_s(attempt))
+            return retry_policy.connection_failure(error, attempt, self._backoff)
         protobuf = CONTENT_TYPE in response.headers.get("content-type", "")
         if response.is_success:
             reply = ExportTraceServiceResponse()
@@ -358,17 +347,17 @@ class _HttpSender(Sender):
         reason = (
             otlp_retry.status_message(response.content)
             if protobuf
-            else " ".join(response.text.split())[:200]
+            else retry_policy.one_line(response.text)
         )
-        description = f"HTTP {response.status_code}" + (f": {reason}" if reason else "")
-        wait = otlp_retry.http_wait_s(
+        return retry_policy.http_failure(
             response.status_code,
+            reason,
             response.headers.get("retry-after"),
             attempt,
             now_ns,
             self._backoff,
+            otlp_retry.RETRYABLE_HTTP,
         )
-        return Answer(description, wait_s=wait, final=wait is None)
 
     def close(self) -> None:
         self._client.close()

@@ -13,21 +13,27 @@ The rules are OTLP's (opentelemetry-proto, docs/specification.md, "Failures" and
   RetryInfo's delay is honoured.
 - A connection that failed (refused, reset, timed out) is tried again, as a 503 would be.
 - With no delay from the receiver: exponential backoff, 1 s doubling to at most 32 s (the
-  OpenTelemetry SDKs' schedule), without jitter: one exporter run by a person or a cron job,
-  not a fleet that would retry in step.
+  OpenTelemetry SDKs' schedule), without jitter.
 
 Every attempt of one request shares one deadline (`Budget`): a wait that would end past it
-is not waited, and the export gives up at once with what the receiver last said.
+is not waited, and the export gives up at once with what the receiver last said. Backoff,
+Budget, Retry-After and the attempt loop are every exporter's: retry_policy; this module
+holds what only OTLP says (its status lists, gRPC's RetryInfo and google.rpc.Status).
 """
 
 from __future__ import annotations
 
-import email.utils
-from dataclasses import dataclass
-
 from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, duration_pb2
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
+
+from zerotrace_query import retry_policy
+from zerotrace_query.retry_policy import NS_PER_S
+
+# The shared rules, importable from here too, as OTLP's callers have always imported them.
+from zerotrace_query.retry_policy import Backoff as Backoff
+from zerotrace_query.retry_policy import Budget as Budget
+from zerotrace_query.retry_policy import retry_after_s as retry_after_s
 
 RETRYABLE_HTTP = frozenset({429, 502, 503, 504})
 RETRYABLE_GRPC = frozenset(
@@ -37,55 +43,13 @@ GRPC_RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
 # The trailer a gRPC server puts its google.rpc.Status (with details) in.
 GRPC_STATUS_DETAILS_KEY = "grpc-status-details-bin"
 RETRY_INFO_TYPE_URL = "type.googleapis.com/google.rpc.RetryInfo"
-NS_PER_S = 1_000_000_000
-
-
-@dataclass(frozen=True)
-class Backoff:
-    first_s: float = 1.0
-    factor: float = 2.0
-    most_s: float = 32.0
-
-    def delay_s(self, attempt: int) -> float:
-        """The wait after failed attempt number `attempt` (1 for the first)."""
-        return float(min(self.first_s * self.factor ** max(attempt - 1, 0), self.most_s))
-
-
-@dataclass(frozen=True)
-class Budget:
-    """One request's attempts share this deadline (ns, on the exporter's clock)."""
-
-    deadline_ns: int
-
-    def allows(self, now_ns: int, wait_s: float) -> bool:
-        return now_ns + int(wait_s * NS_PER_S) <= self.deadline_ns
-
-
-def retry_after_s(value: str | None, now_ns: int) -> float | None:
-    """A Retry-After header's wait in seconds (never below 0): delta-seconds, or an HTTP date
-    against `now_ns`; None when absent or unreadable (then the backoff decides)."""
-    if value is None or not value.strip():
-        return None
-    text = value.strip()
-    if text.isascii() and text.isdigit():
-        return float(text)
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:  # an HTTP date is GMT; a zone-less one is read the same way
-        return None
-    return max(when.timestamp() - now_ns / NS_PER_S, 0.0)
 
 
 def http_wait_s(
     status: int, retry_after: str | None, attempt: int, now_ns: int, backoff: Backoff
 ) -> float | None:
     """How long to wait before sending again after this HTTP answer; None: do not."""
-    if status not in RETRYABLE_HTTP:
-        return None
-    asked = retry_after_s(retry_after, now_ns)
-    return backoff.delay_s(attempt) if asked is None else asked
+    return retry_policy.http_wait_s(status, retry_after, attempt, now_ns, backoff, RETRYABLE_HTTP)
 
 
 def grpc_wait_s(

@@ -25,11 +25,11 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from email.utils import parsedate_to_datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
+from zerotrace_query import retry_policy
 from zerotrace_query.flame_graph import FlameFilter, merge_windows
 from zerotrace_query.profile_formats import folded_text, pprof_bytes
 
@@ -44,12 +44,14 @@ FOLDED_TYPES: dict[str, tuple[str, str, str]] = {
     "GPU_MEM_ALLOC": ("alloc_space", "bytes", "sum"),
     "GPU_MEM_INUSE": ("inuse_space", "bytes", "average"),
 }
-# Retries: statuses worth another try, and the waits between tries.
-RETRY_STATUSES = frozenset({429, *range(500, 600)})
+# Retries (retry_policy's rules): statuses worth another try, and the waits between tries.
+RETRY_STATUSES = retry_policy.RETRY_429_AND_5XX
 FIRST_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
+BACKOFF = retry_policy.Backoff(first_s=FIRST_BACKOFF_S, most_s=MAX_BACKOFF_S)
 # A Retry-After longer than this is cut to it: an export waits, but not for hours.
 MAX_RETRY_AFTER_S = 300.0
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _APP_RUNE = re.compile(r"[A-Za-z0-9_./-]")
 
@@ -131,20 +133,22 @@ def push_for(window: Mapping[str, Any], push_format: str, sample_hz: int) -> Pus
 def retry_after_s(header: str | None, now: datetime) -> float | None:
     """Seconds a Retry-After header asks to wait (delta-seconds or an HTTP date, at most
     MAX_RETRY_AFTER_S); None when there is none or it cannot be read."""
-    if header is None or not header.strip():
-        return None
-    text = header.strip()
-    if text.isdigit():
-        return min(float(text), MAX_RETRY_AFTER_S)
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return min(max((when - now).total_seconds(), 0.0), MAX_RETRY_AFTER_S)
+    return retry_policy.retry_after_s(header, _ns(now), MAX_RETRY_AFTER_S)
 
 
 def backoff_s(attempt: int) -> float:
     """The wait after failed try number `attempt` (1, 2, ...) when the server names none."""
-    return float(min(FIRST_BACKOFF_S * 2 ** (attempt - 1), MAX_BACKOFF_S))
+    return BACKOFF.delay_s(attempt)
+
+
+def wait_s(status: int, header: str | None, attempt: int, now: datetime) -> float | None:
+    """How long to wait before pushing again after this HTTP answer: the Retry-After asked
+    (at most MAX_RETRY_AFTER_S), else the backoff; None: the answer is final."""
+    return retry_policy.http_wait_s(
+        status, header, attempt, _ns(now), BACKOFF, RETRY_STATUSES, MAX_RETRY_AFTER_S
+    )
+
+
+def _ns(when: datetime) -> int:
+    """ns since the epoch, exactly (to the microsecond a datetime holds)."""
+    return (when - _EPOCH) // timedelta(microseconds=1) * 1_000

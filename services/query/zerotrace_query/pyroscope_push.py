@@ -1,6 +1,7 @@
 """Pushes to Grafana Pyroscope's ingest API over HTTP (the shell over pyroscope_export): one
 POST per push, tried again on 429 and 5xx answers and on connection failures, waiting what
-the server's Retry-After asks or else a doubling backoff.
+the server's Retry-After asks or else a doubling backoff (retry_policy's loop, with
+pyroscope_export's numbers).
 
 Contract: `push` returns when the server accepted the push (2xx); raises ConfigError when it
 refused it for good (another 4xx: a bad name, a missing tenant, a wrong URL), TransientIO when
@@ -22,15 +23,9 @@ from datetime import UTC, datetime
 
 from zerotrace.errors import ConfigError, TransientIO
 from zerotrace.store import Store
+from zerotrace_query import retry_policy
 from zerotrace_query.documents import PROFILES
-from zerotrace_query.pyroscope_export import (
-    FOLDED_TYPES,
-    RETRY_STATUSES,
-    Push,
-    backoff_s,
-    push_for,
-    retry_after_s,
-)
+from zerotrace_query.pyroscope_export import FOLDED_TYPES, Push, backoff_s, push_for, wait_s
 from zerotrace_query.window_read import documents
 
 ATTEMPTS = 6  # 0.5 + 1 + 2 + 4 + 8 s of backoff between them when the server names no wait
@@ -76,36 +71,42 @@ class PyroscopeClient:
         self.retries = 0  # tries beyond the first, over all pushes
 
     def push(self, push: Push) -> None:
-        url = f"{self.base}/ingest?{push.query}"
-        for attempt in range(1, self.attempts + 1):
-            request = urllib.request.Request(
-                url,
-                data=push.body,
-                method="POST",
-                headers={**self._headers, "Content-Type": push.content_type},
+        ending = retry_policy.keep_trying(
+            lambda attempt: self._attempt(push, attempt),
+            retry_policy.at_most(self.attempts),
+            self._sleep,
+        )
+        self.retries += ending.retries
+        failure = ending.failure
+        if failure is not None and failure.final:
+            raise ConfigError(
+                f"Pyroscope at {self.base} refused {push.name} ({push.window_id}): "
+                f"{failure.description}"
             )
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    response.read()
-                    return
-            except urllib.error.HTTPError as exc:
-                reason = _first_line(exc.read())
-                if exc.code not in RETRY_STATUSES:
-                    raise ConfigError(
-                        f"Pyroscope at {self.base} refused {push.name} ({push.window_id}): "
-                        f"HTTP {exc.code} {reason or exc.reason}"
-                    ) from None
-                wait = retry_after_s(exc.headers.get("Retry-After"), self._now())
-                failure = f"HTTP {exc.code} {reason or exc.reason}"
-            except (urllib.error.URLError, OSError) as exc:
-                wait, failure = None, str(getattr(exc, "reason", exc))
-            if attempt == self.attempts:
-                raise TransientIO(
-                    f"Pyroscope at {self.base} did not take {push.name} after {attempt} tries:"
-                    f" {failure}"
-                )
-            self.retries += 1
-            self._sleep(backoff_s(attempt) if wait is None else wait)
+        if failure is not None:
+            raise TransientIO(
+                f"Pyroscope at {self.base} did not take {push.name} after {ending.attempts}"
+                f" tries: {failure.description}"
+            )
+
+    def _attempt(self, push: Push, attempt: int) -> retry_policy.Failure | None:
+        """One POST: None when the server took it, else what went wrong and the wait."""
+        request = urllib.request.Request(
+            f"{self.base}/ingest?{push.query}",
+            data=push.body,
+            method="POST",
+            headers={**self._headers, "Content-Type": push.content_type},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                response.read()
+                return None
+        except urllib.error.HTTPError as exc:
+            reason = _first_line(exc.read())
+            wait = wait_s(exc.code, exc.headers.get("Retry-After"), attempt, self._now())
+            return retry_policy.Failure(f"HTTP {exc.code} {reason or exc.reason}", wait)
+        except (urllib.error.URLError, OSError) as exc:
+            return retry_policy.Failure(str(getattr(exc, "reason", exc)), backoff_s(attempt))
 
 
 def _first_line(body: bytes) -> str:

@@ -7,8 +7,8 @@ batch at a time, to {endpoint}/api/v2/spans. Zipkin answers 202 and stores on it
 
 Retries: 429 and 5xx answers, and connections that failed (refused, reset, timed out), are
 sent again after the Retry-After the server gave (seconds or an HTTP date), else after
-otlp_retry's backoff (1 s doubling to 32 s), while the batch's time (`give_up_after_s`) lasts.
-Any other answer is final: a 400 means Zipkin will never take these bytes.
+retry_policy's backoff (1 s doubling to 32 s), while the batch's time (`give_up_after_s`)
+lasts. Any other answer is final: a 400 means Zipkin will never take these bytes.
 
 Errors, each one line: ConfigError for a bad endpoint or window, or Zipkin's final refusal;
 TransientIO when Zipkin stayed away or busy past the time allowed. Both say how many spans
@@ -27,9 +27,10 @@ from typing import Any
 import httpx
 
 from zerotrace.clock import Clock, SystemClock
-from zerotrace.errors import ConfigError, PoisonInput, TransientIO
+from zerotrace.errors import ConfigError, PoisonInput
 from zerotrace.store import Store
-from zerotrace_query import otlp_retry, window_read, zipkin_spans
+from zerotrace_query import retry_policy, window_read, zipkin_spans
+from zerotrace_query.retry_policy import Backoff
 
 DEFAULT_PORT = 9411
 SPANS_PATH = "/api/v2/spans"
@@ -37,7 +38,7 @@ CONTENT_TYPE = "application/json"
 # Spans per POST: about 1 KiB each as JSON, far below the body size Zipkin's HTTP collector
 # takes, and small enough that a retried batch costs little.
 BATCH_SPANS = 500
-NS_PER_S = 1_000_000_000
+RETRYABLE = retry_policy.RETRY_429_AND_5XX  # 429 and every 5xx
 MAX_REASONS = 3  # distinct reasons for left-out spans kept for the summary
 
 
@@ -58,8 +59,7 @@ class ZipkinExport:
             f"Zipkin {self.target}: {self.spans} span{_s(self.spans)} sent in "
             f"{self.batches} request{_s(self.batches)}"
         )
-        if self.retries:
-            line += f", {self.retries} retr{'ies' if self.retries != 1 else 'y'}"
+        line += retry_policy.retries_note(self.retries)
         if self.skipped:
             line += f", {self.skipped} left out ({'; '.join(self.reasons)})"
         return line
@@ -90,13 +90,10 @@ def spans_url(endpoint: str) -> str:
 
 
 def retry_wait_s(
-    status: int, retry_after: str | None, attempt: int, now_ns: int, backoff: otlp_retry.Backoff
+    status: int, retry_after: str | None, attempt: int, now_ns: int, backoff: Backoff
 ) -> float | None:
     """How long to wait before sending again after this answer; None: do not (pure)."""
-    if status != 429 and not 500 <= status <= 599:
-        return None
-    asked = otlp_retry.retry_after_s(retry_after, now_ns)
-    return backoff.delay_s(attempt) if asked is None else asked
+    return retry_policy.http_wait_s(status, retry_after, attempt, now_ns, backoff, RETRYABLE)
 
 
 def export_window(
@@ -109,7 +106,7 @@ def export_window(
     batch_spans: int = BATCH_SPANS,
     timeout_s: float = 10.0,
     give_up_after_s: float = 60.0,
-    backoff: otlp_retry.Backoff | None = None,
+    backoff: Backoff | None = None,
     clock: Clock | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ZipkinExport:
@@ -124,7 +121,7 @@ def export_window(
         spans_url(endpoint),
         dict(headers or {}),
         timeout_s,
-        backoff or otlp_retry.Backoff(),
+        backoff or Backoff(),
         clock or SystemClock(),
         sleep,
         give_up_after_s,
@@ -156,7 +153,7 @@ class _Sender:
         url: str,
         headers: dict[str, str],
         timeout_s: float,
-        backoff: otlp_retry.Backoff,
+        backoff: Backoff,
         clock: Clock,
         sleep: Callable[[float], None],
         give_up_after_s: float,
@@ -173,48 +170,37 @@ class _Sender:
     def deliver(self, batch: list[dict[str, Any]], result: ZipkinExport) -> None:
         """POSTs one batch until Zipkin takes it; counts it in `result`."""
         body = zipkin_spans.encode(batch)
-        budget = otlp_retry.Budget(self._clock.now_ns() + int(self._give_up_after_s * NS_PER_S))
-        attempt = 1
-        while True:
-            wait_s, description = self._attempt(body, attempt)
-            if description is None:
-                result.spans += len(batch)
-                result.batches += 1
-                return
-            before = f"{result.spans} span{_s(result.spans)} were sent before"
-            if wait_s is None:
-                raise ConfigError(
-                    f"Zipkin at {self.url} refused the spans ({description}); not retried, "
-                    f"{before}."
-                )
-            if not budget.allows(self._clock.now_ns(), wait_s):
-                raise TransientIO(
-                    f"Zipkin export to {self.url} gave up after {attempt} attempt{_s(attempt)}"
-                    f" within {self._give_up_after_s:g} s (last: {description}); {before}."
-                )
-            self._sleep(wait_s)
-            result.retries += 1
-            attempt += 1
+        ending = retry_policy.send_within(
+            lambda attempt: self._attempt(body, attempt),
+            self._clock.now_ns,
+            self._sleep,
+            self._give_up_after_s,
+            refused=f"Zipkin at {self.url} refused the spans",
+            gave_up=f"Zipkin export to {self.url} gave up",
+            before=f"{result.spans} span{_s(result.spans)} were sent before",
+        )
+        result.retries += ending.retries
+        result.spans += len(batch)
+        result.batches += 1
 
-    def _attempt(self, body: bytes, attempt: int) -> tuple[float | None, str | None]:
-        """(wait before the next attempt or None for never, what went wrong or None when
-        Zipkin took the batch)."""
+    def _attempt(self, body: bytes, attempt: int) -> retry_policy.Failure | None:
+        """None when Zipkin took the batch, else what went wrong and the wait before the
+        next attempt (retry_policy.Failure)."""
         try:
             response = self._client.post(self.url, content=body)
         except httpx.TransportError as error:  # refused, reset, timed out: as a 503 would be
-            return self._backoff.delay_s(attempt), f"{type(error).__name__}: {error}"
+            return retry_policy.connection_failure(error, attempt, self._backoff)
         if response.is_success:
-            return None, None
-        reason = " ".join(response.text.split())[:200]
-        description = f"HTTP {response.status_code}" + (f": {reason}" if reason else "")
-        wait = retry_wait_s(
+            return None
+        return retry_policy.http_failure(
             response.status_code,
+            retry_policy.one_line(response.text),
             response.headers.get("retry-after"),
             attempt,
             self._clock.now_ns(),
             self._backoff,
+            RETRYABLE,
         )
-        return wait, description
 
     def close(self) -> None:
         self._client.close()
