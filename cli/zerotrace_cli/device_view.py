@@ -12,7 +12,7 @@ the RoCE flows seen in packets have pages of their own): rx and tx throughput ov
 window (the mean of that window's per-second rates) and every counter outside
 :data:`TRAFFIC` that moved during the run, by how much. A counter's movement over the run is
 the sum of its increases within windows and of the steps between consecutive windows, a step
-down (a reset) counting the new value, as device_windows.py counts within a window.
+down (a reset) counting the new value (zerotrace.counter_steps), as within a window.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from zerotrace_profiler_agg.device_windows import GPU, RDMA, health_rank
+from zerotrace.counter_steps import counter_step
+from zerotrace.device_kinds import GPU, RDMA, health_rank
 
 __all__ = ["TRAFFIC", "DevicesSeen", "gpu_line", "rdma_line", "throughput"]
 
@@ -108,7 +109,7 @@ class DevicesSeen:
         seen.latest = dict(w)
         for name, c in (w.get("counters") or {}).items():
             before = seen.last.get(name)
-            step = 0 if before is None else _step(before, int(c["first"]))
+            step = 0 if before is None else counter_step(before, int(c["first"]))
             seen.moved[name] = seen.moved.get(name, 0) + step + int(c["increase"])
             seen.last[name] = int(c["last"])
 
@@ -121,10 +122,6 @@ class DevicesSeen:
 def _gpu_order(item: tuple[DeviceKey, GpuSeen]) -> tuple[str, int, str]:
     (node, device, index), _seen = item
     return node, index, device
-
-
-def _step(before: int, after: int) -> int:
-    return after - before if after >= before else after  # down: a reset, counted anew
 
 
 def _last(w: Mapping[str, Any], *names: str) -> float | None:

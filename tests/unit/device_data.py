@@ -54,10 +54,14 @@ def window(
 ) -> dict[str, Any]:
     flow = extra.pop("flow", "")
     pid = extra.pop("pid", None)
+    counter_id = extra.pop("counter_id", None)
     samples = max((len(v) for v in metrics.values()), default=1)
     events = extra.pop("events", [])
     doc: dict[str, Any] = {
-        "window_id": f"{kind}:{node}:{device}:{index}:{source}:{flow or pid or ''}:{start_ns}",
+        "window_id": (
+            f"{kind}:{node}:{device}:{index}:{source}:{flow or pid or ''}:{counter_id or ''}:"
+            f"{start_ns}"
+        ),
         "kind": kind,
         "node_id": node,
         "vendor": extra.pop("vendor", ""),
@@ -67,6 +71,7 @@ def window(
         "source": source,
         "flow": flow,
         "pid": pid,
+        "counter_id": counter_id,
         "process_name": extra.pop("process_name", None),
         "window_start_ns": start_ns,
         "window_end_ns": start_ns + WINDOW_NS,

@@ -19,6 +19,7 @@ from tests.unit.device_data import (
     gpu_a0,
     gpu_b0,
     rdma_sysfs,
+    window,
 )
 from zerotrace.store_duckdb import DuckDBStore
 from zerotrace_query.device_search import (
@@ -175,18 +176,36 @@ def test_events_newest_first_with_their_device(store: DuckDBStore) -> None:
         "model": "NVIDIA H100 80GB HBM3",
         "window_id": gpu_a0(2)["window_id"],
     }
-    assert (body["count"], body["truncated"]) == (3, False)
+    assert (body["count"], body["total"], body["truncated"]) == (3, 3, False)
     cut = device_events(store, DeviceFilter("gpu", limit=2).check())
     assert [e["code"] for e in cut["events"]] == [79, 63]
-    assert cut["truncated"] is True
+    assert (cut["count"], cut["total"], cut["truncated"]) == (2, 3, True)
+    assert cut["warning"] == (
+        "3 events in this range; only the newest 2 are here: narrow the time range or the filters"
+    )
     one = device_events(store, DeviceFilter("gpu", start_ns_from=T0 + WINDOW_NS).check())
     assert [e["code"] for e in one["events"]] == [79]
+
+
+def test_events_total_counts_the_windows_not_read() -> None:
+    # limit=1 reads one window (GPU-aaaa's, one XID); GPU-bbbb's two XIDs are in another.
+    db = filled_store()
+    try:
+        body = device_events(db, DeviceFilter("gpu", limit=1).check())
+    finally:
+        db.close()
+    assert [e["code"] for e in body["events"]] == [79]
+    assert (body["count"], body["total"], body["truncated"]) == (1, 3, True)
 
 
 def test_parse_device_query() -> None:
     flt = parse_device_query("node=n&device=mlx5_0&port=1&source=SYSFS&from=5&to=9", "rdma")
     assert flt == DeviceFilter("rdma", "n", "mlx5_0", 1, "SYSFS", start_ns_from=5, start_ns_to=9)
     assert parse_device_query("", "gpu") == DeviceFilter("gpu")
+    assert parse_device_query("pid=7&counter_id=0", "rdma") == DeviceFilter(
+        "rdma", pid=7, counter_id=0
+    )
+    assert parse_device_query("pid=7", "rdma").counter_id is None
 
 
 @pytest.mark.parametrize(
@@ -206,7 +225,21 @@ def test_parse_device_query() -> None:
             "source=NIC",
             "'source' must be one of SYSFS, RDMA_STATISTIC, PACKETS",
         ),
-        ("/api/v1/rdma/windows", "port=-1", "'limit', 'port' and 'pid' must not be negative"),
+        (
+            "/api/v1/rdma/windows",
+            "port=-1",
+            "'limit', 'port', 'pid' and 'counter_id' must not be negative",
+        ),
+        (
+            "/api/v1/rdma/windows",
+            "counter_id=-2",
+            "'limit', 'port', 'pid' and 'counter_id' must not be negative",
+        ),
+        (
+            "/api/v1/gpu/windows",
+            "counter_id=1",
+            "unknown query parameter 'counter_id'; known: device, from, limit, node, to",
+        ),
         ("/api/v1/rdma/windows", "a", "malformed query string 'a'"),
     ],
 )
@@ -222,3 +255,50 @@ def test_a_store_without_the_index_answers_503() -> None:
         empty.close()
     assert status == 503
     assert set(body) == {"error"}
+
+
+def counter_set(i: int, pid: int | None, counter_id: int | None) -> dict[str, object]:
+    """Window i of a queue pair counter set of mlx5_0 port 1 on node-a."""
+    return window(
+        "rdma",
+        "node-a",
+        "mlx5_0",
+        1,
+        "RDMA_STATISTIC",
+        T0 + i * WINDOW_NS,
+        {},
+        {"rx_write_requests": (0, 100 * (counter_id or 0) + i)},
+        pid=pid,
+        counter_id=counter_id,
+    )
+
+
+def test_two_counter_sets_of_one_pid_are_two_series() -> None:
+    docs = [counter_set(i, 4242, c) for i in range(2) for c in (3, 4)]
+    docs.append(counter_set(0, None, 9))  # the kernel's own set: no pid
+    db = filled_store(docs)
+    try:
+        body = device_list(db, DeviceFilter("rdma").check())
+        windows = device_windows(db, DeviceFilter("rdma", pid=4242, counter_id=4).check())
+    finally:
+        db.close()
+    assert [(d["pid"], d["counter_id"], d["windows"], d["counters"]) for d in body["devices"]] == [
+        (None, 9, 1, {"rx_write_requests": 900}),
+        (4242, 3, 2, {"rx_write_requests": 301}),
+        (4242, 4, 2, {"rx_write_requests": 401}),
+    ]
+    assert windows["windows"] == [counter_set(0, 4242, 4), counter_set(1, 4242, 4)]
+
+
+def test_a_silent_series_without_a_pid_is_not_answered_with_another_pids_window() -> None:
+    # The kernel's set (no pid) reported once at T0; pid 4242's set four times since. The
+    # newest-windows page (twice the series: four windows) holds only pid 4242's, and the
+    # silent set's own search cannot say "no pid": its newest window is pid 4242's.
+    docs = [counter_set(0, None, None), *(counter_set(i, 4242, None) for i in range(1, 5))]
+    db = filled_store(docs)
+    try:
+        body = device_list(db, DeviceFilter("rdma", source="RDMA_STATISTIC").check())
+    finally:
+        db.close()
+    got = [(d["pid"], d["windows"], d["last_window_start_ns"]) for d in body["devices"]]
+    assert got == [(None, 1, T0), (4242, 4, T0 + 4 * WINDOW_NS)]

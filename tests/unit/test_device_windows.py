@@ -11,14 +11,13 @@ import pytest
 
 from zerotrace import names
 from zerotrace.codec import AvroCodec
+from zerotrace.device_kinds import HEALTH_ORDER, health_rank
 from zerotrace.errors import PoisonInput
 from zerotrace.gpu_fields import DCGM_FIELDS
 from zerotrace_profiler_agg.device_windows import (
-    HEALTH_ORDER,
     MAX_CLOSED_MARKS,
     DeviceWindows,
     flow_label,
-    health_rank,
     rdma_vendor,
 )
 
@@ -368,6 +367,50 @@ def test_rdma_counter_sets_per_process_and_flows_are_windows_of_their_own() -> N
     )
 
 
+def test_two_counter_sets_of_one_process_on_one_port_are_two_windows() -> None:
+    f = fold()
+    for ts, a, b in ((T0, 100, 7), (T0 + S, 150, 9), (T0 + 2 * S, 170, 12)):
+        for cntn, value in ((4, a), (5, b)):
+            f.add_rdma(
+                rdma(
+                    ts,
+                    {"rx_write_requests": value},
+                    {},
+                    source="RDMA_STATISTIC",
+                    pid=77,
+                    counter_id=cntn,
+                )
+            )
+    first, second = f.flush()
+    assert (first["window_id"], second["window_id"]) == (
+        f"rdma:n:mlx5_0:1:RDMA_STATISTIC:77/cntn4:{T0}",
+        f"rdma:n:mlx5_0:1:RDMA_STATISTIC:77/cntn5:{T0}",
+    )
+    assert (first["pid"], first["counter_id"], second["pid"], second["counter_id"]) == (
+        77,
+        4,
+        77,
+        5,
+    )
+    assert first["counters"] == {"rx_write_requests": {"first": 100, "last": 170, "increase": 70}}
+    assert second["counters"] == {"rx_write_requests": {"first": 7, "last": 12, "increase": 5}}
+    assert first["samples"] == second["samples"] == 3
+
+
+def test_kernel_consumers_counter_sets_without_a_pid_are_apart_by_counter_id() -> None:
+    f = fold()
+    for ts, a, b in ((T0, 10, 1000), (T0 + S, 20, 1001)):
+        for cntn, value in ((1, a), (2, b)):
+            f.add_rdma(
+                rdma(ts, {"tx_packets": value}, {}, source="RDMA_STATISTIC", counter_id=cntn)
+            )
+    windows = {w["counter_id"]: w for w in f.flush()}
+    assert windows[1]["window_id"] == f"rdma:n:mlx5_0:1:RDMA_STATISTIC:/cntn1:{T0}"
+    assert windows[1]["counters"]["tx_packets"]["increase"] == 10
+    assert windows[2]["counters"]["tx_packets"]["increase"] == 1
+    assert windows[1]["pid"] is windows[2]["pid"] is None
+
+
 def test_rdma_vendor_and_flow_label() -> None:
     assert [rdma_vendor(d) for d in ("mlx5_0", "rxe0", "bnxt_re12", "hfi1_0", "")] == [
         "mlx5",
@@ -453,7 +496,14 @@ def test_every_window_encodes_and_decodes_unchanged(codec: AvroCodec) -> None:
     )
     f.add_gpu(gpu(T0 + S, health="Alarm"))
     f.add_rdma(
-        rdma(T0, {"port_rcv_data": 4}, {"port_rcv_data": 0.25}, source="RDMA_STATISTIC", pid=3)
+        rdma(
+            T0,
+            {"port_rcv_data": 4},
+            {"port_rcv_data": 0.25},
+            source="RDMA_STATISTIC",
+            pid=3,
+            counter_id=9,
+        )
     )
     windows = f.flush()
     assert len(windows) == 2

@@ -1,5 +1,6 @@
 """The DCGM field table of the shared library (zerotrace/gpu_fields.py): which fields are
-counters, and that every one is a field of zerotrace.raw.GpuDeviceMetrics of its type."""
+counters, that every one is a field of zerotrace.raw.GpuDeviceMetrics of its type, and which
+ones /metrics converts to DCGM's unit or exports under zerotrace's own name."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import pytest
 
 from zerotrace import names
-from zerotrace.gpu_fields import DCGM_FIELDS, METRIC_FIELDS, DcgmField
+from zerotrace.gpu_fields import DCGM_FIELDS, KB, METRIC_FIELDS, MIB, DcgmField
 from zerotrace.schemas import SCHEMA_DIR
 
 pytestmark = pytest.mark.unit
@@ -40,7 +41,7 @@ def raw_fields() -> dict[str, dict[str, object]]:
 def test_counters_are_the_cumulative_fields_and_say_so_in_their_doc() -> None:
     assert {f.field for f in DCGM_FIELDS if f.counter} == COUNTERS
     for f in DCGM_FIELDS:
-        assert f.counter == ("(counter" in f.doc), f.field
+        assert f.counter == ("(counter" in f.doc), f.field  # and a doc with it is a counter
         assert not f.counter or f.avro == "long", f.field  # a counter counts whole units
 
 
@@ -84,7 +85,32 @@ def test_the_profiling_fields_are_ratios_as_dcgm_gives_them() -> None:
 def test_names_are_dcgms_and_the_table_is_frozen() -> None:
     assert all(f.dcgm.startswith(("DCGM_FI_DEV_", "DCGM_FI_PROF_")) for f in DCGM_FIELDS)
     assert {f.avro for f in DCGM_FIELDS} == {"long", "double", "boolean"}
-    field = DcgmField("DCGM_FI_X", "x", "long", "A thing (counter).", False)
-    assert field.counter
+    field = DcgmField("DCGM_FI_X", "x", "long", "A thing, bytes.", False, counter=True)
+    assert field.counter  # said, not read from the doc
+    assert (field.export_divisor, field.prometheus_name) == (1, "DCGM_FI_X")
+    with pytest.raises(TypeError):
+        DcgmField("DCGM_FI_X", "x", "long", "A thing.", False)  # type: ignore[call-arg]
     with pytest.raises(AttributeError):
         field.field = "y"  # type: ignore[misc]
+
+
+def test_only_the_fields_in_another_unit_than_dcgms_are_scaled_or_renamed() -> None:
+    scaled = {f.dcgm: f.export_divisor for f in DCGM_FIELDS if f.export_divisor != 1}
+    assert (MIB, KB) == (1_048_576, 1024)
+    assert scaled == {
+        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": KB,  # bytes here, KB in DCGM
+        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": KB,
+        "DCGM_FI_DEV_FB_FREE": MIB,  # bytes here, MiB in DCGM
+        "DCGM_FI_DEV_FB_USED": MIB,
+        "DCGM_FI_DEV_FB_RESERVED": MIB,
+        "DCGM_FI_DEV_FB_TOTAL": MIB,
+    }
+    renamed = {f.dcgm: f.prometheus_name for f in DCGM_FIELDS if f.prometheus_name != f.dcgm}
+    assert renamed == {  # cumulative KiB here, a rate in bytes/s in DCGM
+        "DCGM_FI_PROF_NVLINK_TX_BYTES": "zerotrace_gpu_nvlink_tx_kib_total",
+        "DCGM_FI_PROF_NVLINK_RX_BYTES": "zerotrace_gpu_nvlink_rx_kib_total",
+    }
+    for f in DCGM_FIELDS:  # where DCGM's unit differs, the doc says DCGM's
+        differs = f.dcgm in scaled or f.dcgm in renamed
+        assert differs == ("DCGM's" in f.doc), f.field
+        assert not f.export_name or (f.counter and f.export_name.endswith("_total")), f.field

@@ -5,6 +5,8 @@ and the real codec into raw.gpumetrics."""
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -15,15 +17,17 @@ from zerotrace.clock import ManualClock
 from zerotrace.codec import AvroCodec
 from zerotrace_collector.collector import Collector
 from zerotrace_collector.feeds import Feed
-from zerotrace_collector.gpu_devices import DeviceEvent, DeviceInfo, ProcessGpuUse
+from zerotrace_collector.gpu_devices import DeviceEvent, DeviceInfo, DeviceSample, ProcessGpuUse
 from zerotrace_collector.gpu_devices_memory import InMemoryGpuDevices, ScriptedDevice
-from zerotrace_collector.gpu_metrics_feed import GpuMetricsFeed, IntervalSchedule
+from zerotrace_collector.gpu_metrics_feed import GpuMetricsFeed, IntervalSchedule, _SampleThread
 from zerotrace_collector.gpu_metrics_record import ProcessNames
 
 pytestmark = pytest.mark.unit
 
 # A poll that waited for this long would trip the suite's timeout rather than pass slowly.
 LONG_MS = 600_000
+# How long a test waits for a thread's step (a sync, not a timing: a pass never waits it out).
+WAIT_S = 20.0
 H100 = DeviceInfo(0, "GPU-0", "NVIDIA H100 80GB HBM3")
 A10 = DeviceInfo(1, "GPU-1", "NVIDIA A10")
 
@@ -158,6 +162,88 @@ def test_close_stops_the_events_thread_then_closes_the_source(mono: Monotonic) -
     assert thread is not None and thread.is_alive()
     feed.close()
     assert not thread.is_alive() and source.closed
+
+
+class BlockingReads(InMemoryGpuDevices):
+    """A source read off the loop whose read stays inside until the test lets it out (a
+    library call that does not return)."""
+
+    reads_block = True
+
+    def __init__(self) -> None:
+        super().__init__([ScriptedDevice(A10, {"gpu_util_pct": 3}, events=False)])
+        self.inside = threading.Event()
+        self.let_out = threading.Event()
+
+    def sample(self, device: DeviceInfo, ts_ns: int) -> DeviceSample:
+        self.inside.set()
+        self.let_out.wait(WAIT_S)
+        return super().sample(device, ts_ns)
+
+
+def reading_feed(
+    source: BlockingReads, lines: list[str]
+) -> tuple[GpuMetricsFeed, threading.Thread]:
+    """The feed attached, its first tick inside the source's read; and the sampling thread."""
+    feed = GpuMetricsFeed(source, "n", ManualClock(), monotonic=Monotonic(), note=lines.append)
+    feed.attach()
+    assert feed._reader is not None
+    thread = feed._reader._thread
+    assert feed.poll(0) == []  # the tick is handed to the thread
+    assert source.inside.wait(WAIT_S)
+    return feed, thread
+
+
+def test_close_leaves_a_source_open_while_its_read_is_still_inside(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("zerotrace_collector.gpu_metrics_feed.STOP_WAIT_S", 0.01)
+    source, lines = BlockingReads(), list[str]()
+    feed, thread = reading_feed(source, lines)
+    feed.close()
+    assert not source.closed  # no shut-down under the read
+    assert lines == [
+        "GPU metrics: the memory reader was still inside a read at close after 0.01 s: "
+        "the source is left open for the process's exit"
+    ]
+    source.let_out.set()
+    thread.join(WAIT_S)
+    assert not thread.is_alive() and not source.closed
+
+
+def test_close_closes_the_source_once_the_read_has_ended() -> None:
+    source, lines = BlockingReads(), list[str]()
+    feed, thread = reading_feed(source, lines)
+    source.let_out.set()
+    feed.close()
+    assert not thread.is_alive() and source.closed and lines == []
+
+
+def test_the_thread_is_free_before_its_result_is_out() -> None:
+    """A poll that takes a result and submits the next tick at once is never refused: the
+    submit is made inside the result's put, the moment it can first be taken."""
+    reader = _SampleThread(
+        lambda d, ts: InMemoryGpuDevices([ScriptedDevice(d, {})]).sample(d, ts), Monotonic()
+    )
+    accepted: list[bool] = []
+
+    class SubmitOnFirstPut(queue.SimpleQueue[tuple[list[DeviceSample], int, str | None]]):
+        def put(
+            self,
+            item: tuple[list[DeviceSample], int, str | None],
+            block: bool = True,
+            timeout: float | None = None,
+        ) -> None:
+            if not accepted:
+                accepted.append(reader.submit([A10], 2))
+            super().put(item, block, timeout)
+
+    reader.done = SubmitOnFirstPut()
+    assert reader.submit([A10], 1)
+    first, second = reader.done.get(timeout=WAIT_S), reader.done.get(timeout=WAIT_S)
+    assert accepted == [True]
+    assert [s.ts_ns for s in first[0]] == [1] and [s.ts_ns for s in second[0]] == [2]
+    assert reader.stop()
 
 
 def test_a_bad_interval_is_refused() -> None:

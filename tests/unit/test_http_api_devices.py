@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.device_data import FLOW, T0, WINDOW_NS, filled_store, gpu_a0, rdma_sysfs
+from tests.unit.device_data import FLOW, T0, WINDOW_NS, filled_store, gpu_a0, rdma_sysfs, window
 from zerotrace_query.chip_compare import ModelsFilter, chip_comparison
 from zerotrace_query.device_search import DeviceFilter, device_list
 from zerotrace_query.http_api import HttpApi
@@ -86,6 +86,39 @@ def test_rdma_ports_and_windows(api: str) -> None:
     assert [w["flow"] for w in body["windows"]] == [FLOW, FLOW]
 
 
+def test_rdma_windows_of_one_counter_set() -> None:
+    sets = [
+        window(
+            "rdma",
+            "node-a",
+            "mlx5_0",
+            1,
+            "RDMA_STATISTIC",
+            T0 + i * WINDOW_NS,
+            {},
+            {"rx_write_requests": (0, 10 * counter_id + i)},
+            pid=4242,
+            counter_id=counter_id,
+        )
+        for i in range(2)
+        for counter_id in (3, 4)
+    ]
+    store = filled_store(sets)
+    http = HttpApi(store, port=0).start()
+    try:
+        status, body = get(f"{http.url}/api/v1/rdma/windows?pid=4242&counter_id=4")
+        _, ports = get(f"{http.url}/api/v1/rdma/ports?source=RDMA_STATISTIC")
+    finally:
+        http.stop()
+        store.close()
+    assert status == 200
+    assert body["windows"] == [sets[1], sets[3]]
+    assert [(d["pid"], d["counter_id"], d["windows"]) for d in ports["devices"]] == [
+        (4242, 3, 2),
+        (4242, 4, 2),
+    ]
+
+
 def test_gpu_models_compares_the_chip_models_of_a_period(api: str) -> None:
     status, body = get(f"{api}/api/v1/gpu/models?from={T0 + WINDOW_NS}&to={T0 + 3 * WINDOW_NS}")
     assert status == 200
@@ -109,6 +142,7 @@ def test_gpu_models_compares_the_chip_models_of_a_period(api: str) -> None:
             "unknown query parameter 'port'; known: device, from, limit, node, to",
         ),
         ("/api/v1/rdma/windows?pid=x", "query parameter 'pid' must be an integer"),
+        ("/api/v1/rdma/windows?counter_id=x", "query parameter 'counter_id' must be an integer"),
         ("/api/v1/gpu/events?limit=5000", "'limit' must be between 1 and 1000"),
         ("/api/v1/gpu/models?to=x", "query parameter 'to' must be an integer"),
     ],

@@ -8,6 +8,7 @@ import pytest
 
 from zerotrace_query.llm_gpu_cost import (
     Interval,
+    RequestWork,
     Segment,
     apportion,
     byte_seconds,
@@ -90,11 +91,45 @@ def test_without_a_first_token_time_the_work_is_spread_over_the_whole_request() 
     assert got.shares == {"w": Fraction(15, 2) + 10, "b": Fraction(5, 2) + 10}
 
 
+def test_a_non_streamed_answer_spreads_its_work_over_start_to_end() -> None:
+    # The correlator stamps a non-streamed answer's one content event at the body's last
+    # byte: TTFT == end - start. Taken at its word, all decode work would sit at t = 10,
+    # in no window here; it is spread over [0, 10) instead, as without a TTFT.
+    whole = Segment(0, 10, 12)
+    assert request_work("n", 0, 10, 10, 4, 9).segments == (whole,)
+    assert request_work("n", 0, 10, 2, 4, 9, streamed=False).segments == (whole,)
+    doc = {"start_ns": 0, "end_ns": 10, "ttft_ns": 10, "input_tokens": 4, "output_tokens": 9}
+    assert work_of({**doc, "stream": False}, "n").segments == (whole,)
+    assert work_of({**doc, "ttft_ns": 2, "stream": False}, "n").segments == (whole,)
+    assert work_of({**doc, "ttft_ns": 2, "stream": True}, "n").segments == A.segments
+    got = apportion(WINDOWS, [work_of({**doc, "stream": False}, "n")])
+    assert got.shares == {"n": Fraction(30)} and got.unattributed == 0
+    # Exactly half of the 12 units in each window: [0, 5) 6, [5, 10) 6.
+    assert [work_in(whole, w.start_ns, w.end_ns) for w in WINDOWS] == [6, 6]
+
+
 def test_a_zero_length_segment_puts_its_work_at_its_instant() -> None:
     instant = Segment(5, 5, 3)
     assert work_in(instant, 0, 5) == 0 and work_in(instant, 5, 10) == 3
     at_once = request_work("z", 5, 5, 0, 3, 1)  # everything at t = 5
     assert apportion(WINDOWS, [at_once]).shares == {"z": Fraction(20)}
+
+
+def test_a_zero_length_request_on_a_boundary_goes_to_the_window_starting_there() -> None:
+    at_edge = request_work("z", 5, 5, None, 3, 1)
+    got = apportion(WINDOWS, [A, at_edge])
+    # [0, 5) ends before t = 5: A alone -> 10. [5, 10): A 5, z 3 -> A 20 x 5/8, z 20 x 3/8.
+    assert got.shares == {"a": 10 + Fraction(25, 2), "z": Fraction(15, 2)}
+    # Nothing of it before the boundary: alone with [0, 5) it is unknown, not 0.
+    assert apportion([WINDOWS[0]], [at_edge]).shares == {"z": None}
+
+
+def test_work_at_a_spans_end_counts_in_the_window_starting_there() -> None:
+    # Built by hand (request_work no longer makes one): 3 units at the instant t = 5 = end.
+    tail = RequestWork("t", 0, 5, (Segment(0, 5, 2), Segment(5, 5, 3)))
+    got = apportion(WINDOWS, [tail])
+    assert got.shares == {"t": Fraction(30)}
+    assert got.attributed == 30 and got.unattributed == 0
 
 
 def test_missing_counts_count_zero() -> None:

@@ -129,6 +129,22 @@ def test_a_page_of_one_request_still_shares_with_the_other(store: DuckDBStore) -
     assert list(got) == ["b"] and got["b"]["gpu_time_ns"] == round(SHARE_B * S)
 
 
+def test_a_non_streamed_answer_read_from_the_store_is_spread_over_its_span() -> None:
+    # A answered whole (`stream` false): its TTFT of 2 s says nothing of prefill, so its
+    # 12 units lie evenly over [0, 10): 6 in each window. [0, 5): A 6, B 2 -> 10 s x 6/8;
+    # [5, 10): A 6, B 6 -> 20 s x 6/12 (test_llm_gpu_cost.py, the request without a TTFT).
+    store = DuckDBStore()
+    for spec in (LLM_REQUESTS, PROFILES, DEVICE_WINDOWS):
+        store.ensure_index(spec)
+    whole = request("a", 0, 10, 2, 4, 9, stream=False)
+    fill(store, LLM_REQUESTS.name, [whole, request("b", 4, 8, 1, 2, 7, stream=True)], "request_id")
+    fill(store, PROFILES.name, WINDOWS[:2], "window_id")
+    got = listed(store)
+    assert got["a"]["gpu_time_ns"] == round((Fraction(15, 2) + 10) * S)
+    assert got["b"]["gpu_time_ns"] == round((Fraction(5, 2) + 10) * S)
+    store.close()
+
+
 def test_nvml_utilisation_and_memory_stand_in_for_missing_profile_windows() -> None:
     store = DuckDBStore()
     for spec in (LLM_REQUESTS, PROFILES, DEVICE_WINDOWS):

@@ -14,12 +14,14 @@ from prometheus_client.utils import floatToGoString
 from zerotrace_query.prometheus_text import (
     CONTENT_TYPE,
     HistogramFamily,
+    SampleFamily,
     Series,
     escape_help,
     escape_label_value,
     number,
     prometheus_name,
     render,
+    render_samples,
     sanitize,
 )
 
@@ -141,3 +143,20 @@ def test_buckets_that_are_not_cumulative_are_refused(series: Series) -> None:
     family = HistogramFamily("bad", "Bad.", (1.0, 2.0, 3.0), (series,))
     with pytest.raises(ValueError, match="not cumulative"):
         render([family])
+
+
+def test_sample_families_print_their_name_as_given() -> None:
+    # A counter under dcgm-exporter's name keeps it (no `_total` added); zerotrace's own
+    # counters carry theirs; empty label values are left out; an int prints exactly.
+    families = [
+        SampleFamily("DCGM_FI_X", "A count.", "counter", (((("gpu", "0"), ("UUID", "")), 2**60),)),
+        SampleFamily("zerotrace_x_total", "Another.", "counter", (((("a", "b"),), 1.5),)),
+    ]
+    assert render_samples(families) == (
+        "# HELP DCGM_FI_X A count.\n"
+        "# TYPE DCGM_FI_X counter\n"
+        'DCGM_FI_X{gpu="0"} 1152921504606846976\n'
+        "# HELP zerotrace_x_total Another.\n"
+        "# TYPE zerotrace_x_total counter\n"
+        'zerotrace_x_total{a="b"} 1.5\n'
+    )

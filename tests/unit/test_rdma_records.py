@@ -36,7 +36,7 @@ def test_a_port_record(codec: AvroCodec) -> None:
         {},
         None,
     )
-    assert (later["interval_ns"], later["source"]) == (10, "SYSFS")
+    assert (later["interval_ns"], later["source"], later["counter_id"]) == (10, "SYSFS", None)
     assert later["rates"] == {"tx_bytes": 2.5}
     for record in (first, later):
         assert codec.decode(codec.encode(RDMA_COUNTERS, record)) == (RDMA_COUNTERS, record)
@@ -46,6 +46,7 @@ def test_a_counter_set_record_of_a_kernel_consumer(codec: AvroCodec) -> None:
     kernel = QpCounterSet("rxe0", 1, 2, "UD", None, "ib_core", (1,), {"sent_pkts": 3})
     record = counter_set_record("n", 5, kernel, {"tx_packets": 3}, None)
     assert (record["pid"], record["process_name"], record["qpns"]) == (None, "ib_core", [1])
+    assert record["counter_id"] == 2  # without a pid, the set is known by its counter id
     assert record["counters"] == {"tx_packets": 3}
     assert codec.decode(codec.encode(RDMA_COUNTERS, record))[1] == record
 

@@ -86,7 +86,7 @@ def test_qp_counter_sets_are_rated_per_process(codec: AvroCodec) -> None:
     assert record["rates"] == {"rx_write_requests": 300.0, "rx_out_of_sequence": 0.0}
     assert (record["pid"], record["process_name"]) == (30489, "ib_write_bw")
     assert (record["qpns"], record["source"]) == ([178, 179], "RDMA_STATISTIC")
-    assert record["event_id"] == f"n/rdma/mlx5_0/1/cntn4/{T1}"
+    assert (record["event_id"], record["counter_id"]) == (f"n/rdma/mlx5_0/1/cntn4/{T1}", 4)
     assert codec.decode(codec.encode(RDMA_COUNTERS, record))[1] == record
     # The counter id now counts another process: its counts start again, no rate.
     assert sampler.counter_set_records(T1 + 1, sets(5, 777))[0]["rates"] == {}

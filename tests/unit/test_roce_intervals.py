@@ -15,6 +15,7 @@ from zerotrace.codec import AvroCodec
 from zerotrace_collector.packets.captured import CapturedPacket
 from zerotrace_collector.packets.link import LINKTYPE_RAW
 from zerotrace_collector.packets.roce import ACKNOWLEDGE, WRITE_ONLY
+from zerotrace_collector.packets.time_order import TimeOrder
 from zerotrace_collector.rdma.port_rates import NS_PER_S
 from zerotrace_collector.rdma.rdma_records import FLOW_RATES, RDMA_COUNTERS
 from zerotrace_collector.rdma.roce_intervals import RoceIntervals
@@ -53,7 +54,7 @@ def pick(counters: dict[str, int], names: str) -> tuple[int, ...]:
 
 
 def test_each_interval_reports_the_flows_that_changed(codec: AvroCodec) -> None:
-    live = RoceIntervals("node-l", START, loss_after_ns=1000 * US)
+    live = RoceIntervals("node-l", START, loss_after_ns=1000 * US, reorder_ns=0)  # fed in order
     # Interval 1: writes 0, 1, 2 (2 asks for an ACK, answered 7 us later), 3 dropped, 4; a CNP.
     for packet in [
         write(0, 0),
@@ -123,6 +124,33 @@ def test_each_interval_reports_the_flows_that_changed(codec: AvroCodec) -> None:
         "not_roce": 0,
         "records": 5,
     }
+
+
+def test_a_fill_still_held_for_reordering_at_a_tick_is_not_counted_lost() -> None:
+    # As the live shell runs it: frames through a TimeOrder of 50 us, what it releases fed,
+    # then a tick. PSN 1 goes missing at 10 us; its fill is stamped at 1005 us, 5 us before
+    # its 1000 us wait ends, and reaches the socket at 1030 us.
+    order = TimeOrder(50 * US)
+    live = RoceIntervals("node-l", START, loss_after_ns=1000 * US, reorder_ns=50 * US)
+
+    def arrive(packet: CapturedPacket | None, now_us: float) -> list[dict[str, Any]]:
+        for ready in (order.push(packet) if packet is not None else []) + order.due(at(now_us)):
+            live.feed(ready)
+        return live.tick(at(now_us))
+
+    arrive(write(0, 0), 1)
+    arrive(write(10, 2), 20)
+    [held] = arrive(None, 1020)  # the fill, stamped 1005 us, is not here yet
+    assert pick(held["counters"], "missing lost") == (1, 0)
+    assert arrive(write(1005, 1), 1030) == []  # held by the TimeOrder: not fed, not lost
+    [filled] = arrive(None, 1100)  # fed now, in its place: filled, never lost
+    assert pick(filled["counters"], "packets missing lost") == (3, 0, 0)
+    assert order.late == 0
+
+
+def test_a_negative_reorder_window_is_refused() -> None:
+    with pytest.raises(ValueError, match="reorder window"):
+        RoceIntervals("node-l", START, reorder_ns=-1)
 
 
 def test_past_the_cap_the_least_recent_flow_is_reported_once_more_and_counted() -> None:

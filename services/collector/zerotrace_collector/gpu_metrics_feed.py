@@ -54,6 +54,8 @@ DEFAULT_INTERVAL_S = 1.0
 # The events thread returns from the source's wait at least this often to see whether it must
 # stop: close() waits this long at most. An event ends the wait at once, whatever this is.
 EVENT_WAIT_MS = 200
+# close() waits this long for the sampling thread to finish the tick it reads.
+STOP_WAIT_S = 1.0
 
 
 @dataclass
@@ -167,8 +169,10 @@ class _SampleThread:
                 samples = [self._sample(d, ts_ns) for d in devices]
             except Exception as exc:  # an adapter's bug must not end the thread for good
                 error = f"{type(exc).__name__}: {exc}"
-            self.done.put((samples, int((self._monotonic() - started) * 1e6), error))
+            # Free before the result is out: a poll that takes it and submits the next tick
+            # at once must not find this one still busy (a skip that never was).
             self._busy.clear()
+            self.done.put((samples, int((self._monotonic() - started) * 1e6), error))
 
     def take(self, timeout_s: float) -> list[tuple[list[DeviceSample], int, str | None]]:
         """The ticks read since the last take; when none is, waits up to *timeout_s*."""
@@ -185,11 +189,13 @@ class _SampleThread:
             except queue.Empty:
                 return out
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
         """Ends the thread after the tick it reads; waits for that only briefly (a hung tool
-        is ended by its own time limit, the daemon thread with the process)."""
+        is ended by its own time limit, the daemon thread with the process). False when the
+        thread is still inside a read."""
         self._ticks.put(None)
-        self._thread.join(timeout=1.0)
+        self._thread.join(timeout=STOP_WAIT_S)
+        return not self._thread.is_alive()
 
 
 class GpuMetricsFeed:
@@ -324,10 +330,19 @@ class GpuMetricsFeed:
         return {**self.counts, **self.source.counters()}
 
     def close(self) -> None:
+        reading = False
         if self._reader is not None:
-            self._reader.stop()
+            reading = not self._reader.stop()
             self._reader = None
         if self._events is not None:
             self._events.stop()  # first: the source's wait must be over before it closes
             self._events = None
+        if reading:
+            # Closing under a read in flight (amdsmi_shut_down while the thread is inside
+            # libamd_smi) could crash the process; a tool's run ends by its own time limit.
+            self._note(
+                f"GPU metrics: the {self.source.vendor} reader was still inside a read at "
+                f"close after {STOP_WAIT_S:g} s: the source is left open for the process's exit"
+            )
+            return
         self.source.close()

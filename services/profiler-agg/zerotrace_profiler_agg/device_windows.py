@@ -2,11 +2,12 @@
 
 One window is one device over [start, start + width), start a multiple of the width since the
 epoch: a GPU (raw.gpumetrics, by node and UUID), or on raw.rdma one port's sysfs counters, one
-process's QP counter set (by pid) or one RoCE queue pair flow seen in packets (by flow). Gauges
+QP counter set of `rdma statistic` (by pid and counter id: a process may hold several, and
+kernel consumers have no pid) or one RoCE queue pair flow seen in packets (by flow). Gauges
 become min, max, mean and last, counters first, last and increase, XID errors events; the
 fields a sample could not give stay named in `unsupported` and `failed`, never a value.
 A GPU's vendor health verdict (npu-smi's Health) is kept as the last one given and, when some
-sample said other than OK, the worst one (:func:`health_rank`).
+sample said other than OK, the worst one (zerotrace.device_kinds.health_rank).
 
 When a window closes: at a sample of the same device in a later window, at a tick once the
 clock is `grace` past its end (the collector's delay: the device stopped sending, or the node
@@ -18,9 +19,10 @@ not folded, as a second window with the same id would replace the first in the s
 Exactness: min, max and last are the raw values as given (a long as the double it converts
 to); mean is math.fsum of the values over their number. A counter's increase is the sum of its
 steps between consecutive samples of the window: a step up counts the difference, a step down
-(a reset, a wrap) the new value, as Prometheus' increase() takes it. Steps across a window
-boundary are not counted: a window depends on its own samples only, so a restarted worker or a
-replay makes the same one; a rate is increase / (last_sample_ns - first_sample_ns).
+(a reset, a wrap) the new value, as Prometheus' increase() takes it (zerotrace.counter_steps).
+Steps across a window boundary are not counted: a window depends on its own samples only, so a
+restarted worker or a replay makes the same one; a rate is increase / (last_sample_ns -
+first_sample_ns).
 
 No clock is read: time moves with the records, `tick(now_ns)` and `flush()`.
 """
@@ -34,28 +36,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerotrace.counter_steps import counter_step
+from zerotrace.device_kinds import GPU, RDMA, health_rank
 from zerotrace.errors import PoisonInput
 from zerotrace.gpu_fields import DCGM_FIELDS
 from zerotrace.holds import Holds
 
 __all__ = [
-    "GPU",
     "GPU_SOURCE",
-    "HEALTH_ORDER",
-    "RDMA",
     "DeviceWindows",
     "flow_label",
-    "health_rank",
     "rdma_vendor",
 ]
 
-GPU, RDMA = "gpu", "rdma"  # a window's kind
 GPU_SOURCE = "gpu"  # a GPU window's source (RDMA windows carry the raw record's)
 HOLD = "device"  # tags this fold's claims apart from the profile fold's in a shared Holds
-# The vendors' health verdicts from good to bad (npu-smi prints these four; compared without
-# regard to case). A verdict not listed ranks after Critical: a word zerotrace does not know
-# ("Unknown", a new driver's "Fatal") is shown to a person, not hidden under a known one.
-HEALTH_ORDER = ("ok", "warning", "alarm", "critical")
 # The first schema version's gauges, -1 where the device did not give them (not a value).
 LEGACY_GAUGES = ("utilization_pct", "memory_used_bytes", "memory_total_bytes")
 UNKNOWN = -1
@@ -68,19 +63,13 @@ MAX_CLOSED_MARKS = 65_536
 # An RDMA device's driver is its name less the instance number: mlx5_0, rxe0, bnxt_re1.
 _INSTANCE = re.compile(r"_?\d+$")
 
-# kind, node, device, GPU index or RDMA port, source, flow label or pid
+# kind, node, device, GPU index or RDMA port, source, flow label or pid (and counter id)
 DeviceKey = tuple[str, str, str, int, str, str]
 
 
 def rdma_vendor(device: str) -> str:
     """The driver an RDMA device name starts with (mlx5_0: mlx5, rxe0: rxe); '' for ''."""
     return _INSTANCE.sub("", device)
-
-
-def health_rank(health: str) -> int:
-    """Where a verdict stands in :data:`HEALTH_ORDER` (0 for OK); an unknown one after all."""
-    word = health.strip().lower()
-    return HEALTH_ORDER.index(word) if word in HEALTH_ORDER else len(HEALTH_ORDER)
 
 
 def flow_label(flow: Mapping[str, Any] | None) -> str:
@@ -97,8 +86,7 @@ class CounterSteps:
     increase: int = 0
 
     def add(self, value: int) -> None:
-        step = value - self.last
-        self.increase += step if step >= 0 else value  # down: reset or wrap, counted anew
+        self.increase += counter_step(self.last, value)
         self.last = value
 
 
@@ -213,6 +201,7 @@ class DeviceWindows:
             "flow": "",
             "pid": None,
             "process_name": None,
+            "counter_id": None,
         }
         key: DeviceKey = (GPU, node, device, index, GPU_SOURCE, "")
         self.gpu_samples += 1
@@ -226,6 +215,7 @@ class DeviceWindows:
         ts = _time_of(record, "RDMA record")
         node, device, port = str(record["node_id"]), str(record["device"]), int(record["port"])
         source, flow, pid = str(record["source"]), flow_label(record.get("flow")), record.get("pid")
+        counter_id = record.get("counter_id")
         identity = {
             "kind": RDMA,
             "node_id": node,
@@ -237,8 +227,11 @@ class DeviceWindows:
             "flow": flow,
             "pid": pid,
             "process_name": record.get("process_name"),
+            "counter_id": counter_id,
         }
         who = flow or ("" if pid is None else str(pid))
+        if counter_id is not None:  # one process's sets (or the kernel's, no pid) stay apart
+            who = f"{who}/cntn{counter_id}"
         key: DeviceKey = (RDMA, node, device, port, source, who)
         self.rdma_records += 1
         closed, window = self._window_for(key, identity, ts)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qs
 
+from zerotrace.counter_steps import counter_step
 from zerotrace.errors import ZerotraceError
 from zerotrace.gpu_fields import DCGM_FIELDS
 from zerotrace.store import Store
@@ -147,8 +148,7 @@ def counter_increase(windows: Sequence[Mapping[str, Any]], name: str) -> int | N
             continue
         seen = True
         if previous is not None:
-            step = int(c["first"]) - previous
-            total += step if step >= 0 else int(c["first"])
+            total += counter_step(previous, int(c["first"]))
         total += int(c["increase"])
         previous = int(c["last"])
     return total if seen else None

@@ -6,15 +6,25 @@ last RECENT_NS: a device silent for longer is left out, as dcgm-exporter leaves 
 longer sees, so its series go stale in Prometheus instead of repeating an old value.
 
 GPUs, as dcgm-exporter names them (zerotrace.gpu_fields.DCGM_FIELDS), so dashboards built for
-it (Grafana's NVIDIA DCGM Exporter dashboard) read them unchanged:
+it (Grafana's NVIDIA DCGM Exporter dashboard) read them unchanged: the same metric names, the
+same labels (`gpu`, `UUID`, `modelName`, `Hostname`; not dcgm-exporter's `device`, `pci_bus_id`,
+`DCGM_FI_DRIVER_VERSION` or its Kubernetes pod labels), the same types and DCGM's units:
 `DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-...",modelName="NVIDIA H100 80GB HBM3",Hostname="node-1"}`.
-A gauge is the window's last value; a counter (energy, PCIe bytes, ECC totals, NVLink) the
-last cumulative value, typed `counter` as dcgm-exporter types them (DCGM names carry no
-`_total`). A field the device does not support, or had no value in the window, is left out;
-a family with no device is left out whole.
+Windows keep zerotrace's units; the export divides where DCGM's unit differs
+(export_divisor in the field table): the framebuffer (FB_FREE, FB_USED, FB_RESERVED, FB_TOTAL)
+from bytes to MiB, PCIe (PCIE_TX_THROUGHPUT, PCIE_RX_THROUGHPUT) from bytes to KB (1024), so a
+value may have a fraction where DCGM's is whole. Not unchanged: the two NVLink counters kept
+under DCGM_FI_PROF_NVLINK_TX_BYTES and _RX_BYTES are cumulative KiB where DCGM's fields are a
+rate in bytes/s, so they are exported under zerotrace's names (`zerotrace_gpu_nvlink_tx_kib_total`,
+`zerotrace_gpu_nvlink_rx_kib_total`) and a panel on DCGM's names finds no series for them.
+A gauge is the window's last value; a counter (energy, PCIe bytes, ECC totals, NVLink) the last
+cumulative value, typed `counter` as dcgm-exporter types them (DCGM names carry no `_total`,
+zerotrace's own do). A field the device does not support, or had no value in the window, is
+left out; a family with no device is left out whole.
 
 RDMA, per port counter set (source SYSFS) and per process queue pair counter set
-(RDMA_STATISTIC, with `pid` and `process_name`): `zerotrace_rdma_<counter>_total` (counter,
+(RDMA_STATISTIC, with `pid`, `process_name` and, when the kernel gave it, `counter_id`: the
+counter set, so two sets of one pid stay two series): `zerotrace_rdma_<counter>_total` (counter,
 the last cumulative value) and `zerotrace_rdma_<counter>_per_second` (gauge, the collector's
 last rate), labelled `Hostname`, `device`, `port` and `source`; counter names are the
 collector's normalised ones (tx_bytes, rx_errors, cnp_sent, ...). RoCE flows seen in packets
@@ -62,6 +72,7 @@ def gpu_labels(doc: Mapping[str, Any]) -> Labels:
 def rdma_labels(doc: Mapping[str, Any]) -> Labels:
     pid = doc.get("pid")
     index = doc.get("device_index")
+    counter_id = doc.get("counter_id")  # an empty label is left out: SYSFS ports have none
     return (
         ("Hostname", str(doc.get("node_id") or "")),
         ("device", str(doc.get("device") or "")),
@@ -69,6 +80,7 @@ def rdma_labels(doc: Mapping[str, Any]) -> Labels:
         ("source", str(doc.get("source") or "")),
         ("pid", "" if pid is None else str(pid)),
         ("process_name", str(doc.get("process_name") or "")),
+        ("counter_id", "" if counter_id is None else str(counter_id)),
     )
 
 
@@ -77,8 +89,17 @@ def _last(doc: Mapping[str, Any], part: str, name: str) -> int | float | None:
     return None if found is None else found.get("last")
 
 
+def exported(value: int | float, divisor: int) -> int | float:
+    """A value in DCGM's unit (zerotrace's divided by `divisor`): an int that divides evenly
+    stays an int, printed whole as DCGM's are; any other quotient is a float."""
+    if isinstance(value, int) and value % divisor == 0:
+        return value // divisor
+    return value / divisor
+
+
 def gpu_families(windows: list[dict[str, Any]]) -> list[SampleFamily]:
-    """One family per DCGM field some GPU has a value for, in DCGM_FIELDS' order."""
+    """One family per DCGM field some GPU has a value for, in DCGM_FIELDS' order, in DCGM's
+    unit and under its Prometheus name (DCGM's, unless its meaning differs)."""
     families = []
     for field in DCGM_FIELDS:
         part = "counters" if field.counter else "metrics"
@@ -86,10 +107,10 @@ def gpu_families(windows: list[dict[str, Any]]) -> list[SampleFamily]:
         for doc in windows:
             value = _last(doc, part, field.field)
             if value is not None and field.field not in (doc.get("unsupported") or ()):
-                samples.append((gpu_labels(doc), value))
+                samples.append((gpu_labels(doc), exported(value, field.export_divisor)))
         if samples:
             kind = "counter" if field.counter else "gauge"
-            families.append(SampleFamily(field.dcgm, field.doc, kind, tuple(samples)))
+            families.append(SampleFamily(field.prometheus_name, field.doc, kind, tuple(samples)))
     return families
 
 

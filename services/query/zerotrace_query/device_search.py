@@ -3,7 +3,8 @@ windows over time, and the GPU events (XIDs) of a time range.
 
 A device window (profiler-agg's device windows, documents.DEVICE_WINDOWS) is one series over
 one window: a GPU, an RDMA port's counters (source SYSFS), a process's queue pair counter set
-(RDMA_STATISTIC, with its pid) or a RoCE flow seen in packets (PACKETS, with its flow label).
+(RDMA_STATISTIC, with its pid and the kernel's counter set id, counter_id) or a RoCE flow seen
+in packets (PACKETS, with its flow label).
 A series is told apart by SERIES_FIELDS; its metrics, counters, events and processes are stored,
 not searched, and come back as stored.
 
@@ -38,8 +39,9 @@ KIND_GPU = "gpu"
 KIND_RDMA = "rdma"
 RDMA_SOURCES = ("SYSFS", "RDMA_STATISTIC", "PACKETS")
 # What tells one series from another within a kind, in this order (a GPU needs only its UUID;
-# an RDMA port its node, device and port; a counter set also its pid, a flow its label).
-SERIES_FIELDS = ("node_id", "device", "device_index", "source", "flow", "pid")
+# an RDMA port its node, device and port; a counter set also its pid and counter set id (two
+# sets of one pid, or the kernel's sets without one, stay apart), a flow its label).
+SERIES_FIELDS = ("node_id", "device", "device_index", "source", "flow", "pid", "counter_id")
 # The identity a listed series keeps from its newest window.
 IDENTITY_FIELDS = (
     "kind",
@@ -51,6 +53,7 @@ IDENTITY_FIELDS = (
     "source",
     "flow",
     "pid",
+    "counter_id",
     "process_name",
     "driver_version",
 )
@@ -68,7 +71,7 @@ LIMITS = {"list": (200, 1_000), "windows": (720, MAX_LIMIT), "events": (100, 1_0
 PARAMS = {
     KIND_GPU: frozenset({"node", "device", "from", "to", "limit"}),
     KIND_RDMA: frozenset(
-        {"node", "device", "port", "source", "flow", "pid", "from", "to", "limit"}
+        {"node", "device", "port", "source", "flow", "pid", "counter_id", "from", "to", "limit"}
     ),
 }
 
@@ -82,6 +85,7 @@ class DeviceFilter:
     source: str = ""  # RDMA: SYSFS, RDMA_STATISTIC or PACKETS
     flow: str = ""
     pid: int = 0
+    counter_id: int | None = None  # RDMA_STATISTIC: the kernel's counter set id
     start_ns_from: int = 0
     start_ns_to: int = 0  # 0: open
     limit: int = 0  # 0: the answer's default
@@ -96,8 +100,9 @@ class DeviceFilter:
             raise ValueError("'from' and 'to' must not be negative")
         if self.start_ns_to and self.start_ns_to <= self.start_ns_from:
             raise ValueError("'to' must be after 'from'")
-        if self.limit < 0 or (self.port is not None and self.port < 0) or self.pid < 0:
-            raise ValueError("'limit', 'port' and 'pid' must not be negative")
+        ids = (self.port, self.counter_id)
+        if self.limit < 0 or self.pid < 0 or any(i is not None and i < 0 for i in ids):
+            raise ValueError("'limit', 'port', 'pid' and 'counter_id' must not be negative")
         return self
 
     def query(self, limit: int, descending: bool = True) -> Query:
@@ -111,6 +116,8 @@ class DeviceFilter:
             equals["device_index"] = self.port
         if self.pid:
             equals["pid"] = self.pid
+        if self.counter_id is not None:
+            equals["counter_id"] = self.counter_id
         ranges: dict[str, tuple[int | float | None, int | float | None]] = {}
         if self.start_ns_from or self.start_ns_to:
             ranges["window_start_ns"] = (self.start_ns_from or None, self.start_ns_to or None)
@@ -136,7 +143,8 @@ def _key(doc: Mapping[str, Any]) -> GroupKey:
 
 
 def _order(key: GroupKey) -> tuple[str, ...]:
-    """Series in a stable order: node, then device, port, source, flow, pid (None first)."""
+    """Series in a stable order: node, then device, port, source, flow, pid, counter set id
+    (None first)."""
     return tuple("" if v is None else f"{v:>20}" if isinstance(v, int) else v for v in key)
 
 
@@ -182,16 +190,30 @@ def latest_windows(
     out = []
     for key in keys:
         if key not in newest:  # silent for a while: its own newest window
-            equals = dict(base.equals)
-            equals.update((n, v) for n, v in zip(SERIES_FIELDS, key, strict=True) if v is not None)
-            one = store.search(DEVICE_WINDOWS.name, replace(base, equals=equals, limit=1))
-            if not one:  # removed meanwhile (retention)
+            own = _newest_of(store, base, key)
+            if own is None:  # removed meanwhile (retention)
                 continue
-            newest[key] = one[0]
+            newest[key] = own
         doc = newest[key]
         event_sum = events[key].total if key in events else 0.0
         out.append((doc, groups[key].count, round(event_sum)))
     return out, len(groups)
+
+
+def _newest_of(store: Store, base: Query, key: GroupKey) -> dict[str, Any] | None:
+    """The newest window of one series. A field the series lacks (None in its key) cannot be
+    an equals filter, so windows of other series that have it (another pid, a named counter
+    set) also match: the first search takes one window and keeps it when its key is the
+    series'; otherwise a second reads the newest MAX_LIMIT and keeps the first of the series
+    (None when the series is not among them either: too many newer windows of the others)."""
+    equals = dict(base.equals)
+    equals.update((n, v) for n, v in zip(SERIES_FIELDS, key, strict=True) if v is not None)
+    for limit in (1, MAX_LIMIT) if None in key else (1,):
+        found = store.search(DEVICE_WINDOWS.name, replace(base, equals=equals, limit=limit))
+        mine = next((doc for doc in found if _key(doc) == key), None)
+        if mine is not None or len(found) < limit:
+            return mine
+    return None
 
 
 def device_list(store: Store, flt: DeviceFilter) -> dict[str, Any]:
@@ -238,9 +260,10 @@ def device_windows(store: Store, flt: DeviceFilter) -> dict[str, Any]:
 
 
 def device_events(store: Store, flt: DeviceFilter) -> dict[str, Any]:
-    """{from_ns, to_ns, events (newest first), count, truncated[, warning]}: each event with
-    its device (node, UUID, index, model) and window. Read from the newest `limit` windows
-    that have events."""
+    """{kind, from_ns, to_ns, events (newest first), count, total, truncated[, warning]}: each
+    event with its device (node, UUID, index, model) and window. Read from the newest `limit`
+    windows that have events; `total` counts the events of every matching window (the store
+    sums their event_count when the windows read were not all)."""
     limit = _limit(flt, "events")
     base = flt.query(limit)
     query = Query(
@@ -255,7 +278,9 @@ def device_events(store: Store, flt: DeviceFilter) -> dict[str, Any]:
     events = [event_of(doc, e) for doc in docs for e in doc.get("events") or []]
     events.sort(key=lambda e: (-int(e["ts_ns"]), e["device"] or "", e["code"]))
     total = len(events)
-    cut = total > limit or windows_total > len(docs)
+    if windows_total > len(docs):
+        summed = store.histogram(DEVICE_WINDOWS.name, query, "event_count", [0])
+        total = max(total, round(sum(h.total for h in summed.values())))
     events = events[:limit]
     return _cut(
         {
@@ -264,9 +289,10 @@ def device_events(store: Store, flt: DeviceFilter) -> dict[str, Any]:
             "to_ns": flt.start_ns_to,
             "events": events,
             "count": len(events),
+            "total": total,
         },
-        cut,
-        f"more events than {len(events)} in this range; only the newest are here:"
+        total > len(events),
+        f"{total} events in this range; only the newest {len(events)} are here:"
         " narrow the time range or the filters",
     )
 
@@ -292,7 +318,8 @@ def _cut(body: dict[str, Any], truncated: bool, warning: str) -> dict[str, Any]:
 
 
 def parse_device_query(query_string: str, kind: str) -> DeviceFilter:
-    """?node=&device=&from=&to=&limit= (RDMA also port=&source=&flow=&pid=) -> DeviceFilter
+    """?node=&device=&from=&to=&limit= (RDMA also port=&source=&flow=&pid=&counter_id=) ->
+    DeviceFilter
     (checked); ValueError names the bad parameter. from/to: ns since the epoch."""
     try:
         pairs = parse_qs(query_string, keep_blank_values=True, strict_parsing=bool(query_string))
@@ -323,6 +350,7 @@ def parse_device_query(query_string: str, kind: str) -> DeviceFilter:
         source=params.get("source", ""),
         flow=params.get("flow", ""),
         pid=integer("pid") or 0,
+        counter_id=integer("counter_id"),
         start_ns_from=integer("from") or 0,
         start_ns_to=integer("to") or 0,
         limit=integer("limit") or 0,

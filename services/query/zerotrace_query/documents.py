@@ -115,6 +115,7 @@ DEVICE_WINDOWS = IndexSpec(
         "source": "keyword",
         "flow": "keyword",
         "pid": "long",
+        "counter_id": "long",  # RDMA_STATISTIC: the kernel's counter set id (else absent)
         "process_name": "keyword",
         "window_start_ns": "long",
         "window_end_ns": "long",

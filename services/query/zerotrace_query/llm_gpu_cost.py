@@ -18,9 +18,12 @@ Definition (v1):
     prefill [start, first) carries I,           first = start + ttft_ns,
     decode  [first, end)   carries max(O-1, 0),
   each spread evenly over its segment (a token's work is where the server was computing it,
-  not the instant it was sent). Without a usable TTFT (null, negative, or past the end: a
-  non-streamed answer) the whole [start, end) carries I + max(O-1, 0) evenly. A segment of
-  zero length puts its work at its instant. A missing count counts 0.
+  not the instant it was sent). Without a usable TTFT the whole [start, end) carries
+  I + max(O-1, 0) evenly. TTFT is unusable when null, negative, not before the end
+  (ttft >= end - start), or the answer was not streamed (the document's `stream` false): a
+  non-streamed answer's only content event is its body's last byte, so its TTFT is the whole
+  request and says nothing of when prefill ended. A segment of zero length puts its work at
+  its instant. A missing count counts 0.
 - Why tokens processed, not only tokens produced: a request in prefill produces nothing yet
   draws the GPU hardest; counting only output tokens would hand its prefill to whoever was
   decoding beside it. One unit per position is the FLOP view (about 2 x parameters per token,
@@ -32,8 +35,9 @@ Definition (v1):
   when no request did work in the interval, A is unattributed (the process was busy between
   requests, or with requests no one observed). A request's cost is the sum of its shares
   over the intervals; it is None (unknown, not 0) when no interval of that measure overlaps
-  the request at all. Every request of the pid in flight in the intervals must be given, not
-  only the ones asked about, or the ones given take the others' shares.
+  the request at all (neither its span, by the same rule, nor any of its work). Every
+  request of the pid in flight in the intervals must be given, not only the ones asked
+  about, or the ones given take the others' shares.
 - Intervals of one measure may overlap (two devices, two services of one pid): each is
   shared out on its own and the shares add.
 
@@ -42,6 +46,9 @@ Error, what the estimate cannot see:
 - Batching inside the server: a step runs every sequence in the batch at once; the estimate
   knows only each request's token counts and times, not which step each token was in, and
   spreads tokens evenly over a segment (a request that paused in a queue is charged there).
+- Non-streamed answers: with no usable TTFT, prefill and decode are not told apart; the
+  work is spread evenly over the whole request, so a window holding only its prefill is
+  charged the same per ns as one holding only its decode.
 - Prefill versus decode: a prefill position costs less GPU time than a decode position
   (compute bound in parallel, versus memory bound one token at a time), and attention grows
   with context; counting every position as one unit charges long prompts more than the time
@@ -121,12 +128,14 @@ def request_work(
     ttft_ns: int | None,
     input_tokens: int | None,
     output_tokens: int | None,
+    streamed: bool = True,
 ) -> RequestWork:
-    """Where the request's work lies in time (the module doc's definition)."""
+    """Where the request's work lies in time (the module doc's definition). `streamed`
+    false: the answer came whole, so its TTFT is not when prefill ended."""
     end_ns = max(end_ns, start_ns)
     prefill, decode = _count(input_tokens), max(_count(output_tokens) - 1, 0)
     segments: tuple[Segment, ...]
-    if ttft_ns is not None and 0 <= ttft_ns <= end_ns - start_ns:
+    if streamed and ttft_ns is not None and 0 <= ttft_ns < end_ns - start_ns:
         first = start_ns + ttft_ns
         segments = (Segment(start_ns, first, prefill), Segment(first, end_ns, decode))
     else:
@@ -135,7 +144,8 @@ def request_work(
 
 
 def work_of(doc: Mapping[str, Any], key: Hashable) -> RequestWork:
-    """request_work from an LlmRequest document (zerotrace.derived.LlmRequest's fields)."""
+    """request_work from an LlmRequest document (zerotrace.derived.LlmRequest's fields). A
+    missing `stream` is not known to be false, so the TTFT is kept."""
     ttft = doc.get("ttft_ns")
     return request_work(
         key,
@@ -144,6 +154,7 @@ def work_of(doc: Mapping[str, Any], key: Hashable) -> RequestWork:
         None if ttft is None else int(ttft),
         doc.get("input_tokens"),
         doc.get("output_tokens"),
+        streamed=doc.get("stream") is not False,
     )
 
 
@@ -158,7 +169,9 @@ def work_in(segment: Segment, start_ns: int, end_ns: int) -> Fraction:
     return Fraction(segment.work * overlap, segment.end_ns - segment.start_ns)
 
 
-def _overlaps(request: RequestWork, interval: Interval) -> bool:
+def _in_flight(request: RequestWork, interval: Interval) -> bool:
+    """The request's span meets the interval, by work_in's rule: [start, end) overlaps, or
+    a zero-length request's instant t has a <= t < b."""
     if request.end_ns == request.start_ns:
         return interval.start_ns <= request.start_ns < interval.end_ns
     return interval.start_ns < request.end_ns and interval.end_ns > request.start_ns
@@ -171,11 +184,13 @@ def apportion(intervals: Iterable[Interval], requests: Sequence[RequestWork]) ->
     for interval in intervals:
         works = []
         for request in requests:
-            if _overlaps(request, interval):
-                w = sum(
-                    (work_in(s, interval.start_ns, interval.end_ns) for s in request.segments),
-                    Fraction(0),
-                )
+            w = sum(
+                (work_in(s, interval.start_ns, interval.end_ns) for s in request.segments),
+                Fraction(0),
+            )
+            # Work in the interval always counts, even a zero-length segment at the span's
+            # end; a request in flight that did none there is a known zero, not unknown.
+            if w or _in_flight(request, interval):
                 works.append((request.key, w))
                 if shares[request.key] is None:
                     shares[request.key] = Fraction(0)

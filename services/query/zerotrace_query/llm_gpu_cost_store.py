@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from zerotrace.device_kinds import GPU
 from zerotrace.store import Query, Store
 from zerotrace.store_rules import MAX_LIMIT
 from zerotrace_query import llm_gpu_cost as cost
@@ -39,7 +40,7 @@ from zerotrace_query.llm_observations import SERVER
 
 GPU_TIME, GPU_LAUNCH, GPU_MEM_INUSE = "GPU_TIME", "GPU_LAUNCH", "GPU_MEM_INUSE"
 NVML_UTIL, NVML_MEMORY = "nvml_sm_util", "nvml_used_memory"
-DEVICE_KIND_GPU = "gpu"  # DeviceWindow.kind of a GPU
+DEVICE_KIND_GPU = GPU  # DeviceWindow.kind of a GPU
 FIELDS = ("gpu_time_ns", "gpu_launches", "gpu_memory_byte_s", "gpu_cost_method")
 PARTIAL = "gpu_cost_partial"
 

@@ -135,7 +135,10 @@ def render(families: Sequence[HistogramFamily]) -> str:
 @dataclass(frozen=True)
 class SampleFamily:
     """A gauge or counter family: one `NAME{labels} VALUE` line per sample. labels as Series'
-    (empty values left out); a counter's name carries its `_total`."""
+    (empty values left out). The name is printed as given: zerotrace's own counters carry
+    their `_total`, while the counters exported under dcgm-exporter's names
+    (`DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`, ...) deliberately do not, so dashboards built for
+    it find them."""
 
     name: str
     help: str

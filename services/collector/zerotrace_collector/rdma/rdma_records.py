@@ -4,8 +4,9 @@ Three sources share the record (its `source` says which):
 
 - SYSFS: one device port, its counters normalised (counter_names.py), rates since the
   previous reading of that port;
-- RDMA_STATISTIC: one QP counter set of `rdma statistic qp show`, i.e. the queue pairs of one
-  process (pid, process_name, qpns), its counters normalised as hw_counters are;
+- RDMA_STATISTIC: one QP counter set of `rdma statistic qp show`, i.e. some queue pairs of one
+  process (pid, process_name, qpns) known by its counter id (a process may hold several sets,
+  kernel consumers have no pid), its counters normalised as hw_counters are;
 - PACKETS: one RoCEv2 queue pair flow (packets/roce_flows.py), its figures as counters and
   its packet, byte, loss and retransmission rates over its first to last packet.
 
@@ -76,6 +77,7 @@ def counter_set_record(
         pid=s.pid,
         process_name=s.comm,
         qpns=list(s.qpns),
+        counter_id=s.counter_id,
     )
 
 
@@ -120,6 +122,7 @@ def _record(
     pid: int | None = None,
     process_name: str | None = None,
     qpns: list[int] | None = None,
+    counter_id: int | None = None,
 ) -> dict[str, Any]:
     return {
         "event_id": event_id,
@@ -135,4 +138,5 @@ def _record(
         "process_name": process_name,
         "qpns": qpns or [],
         "flow": None,
+        "counter_id": counter_id,
     }
