@@ -121,6 +121,7 @@ def open_capture_socket(
         ) from None
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        arrival_stamps_on()
         if udp_port is not None:
             program = udp_port_filter(
                 udp_port,
@@ -335,6 +336,50 @@ def capture(
                 if on_packet is not None:
                     on_packet(packet)
     return stats
+
+
+# How long to wait for the kernel to stamp frames on arrival once a socket asked for stamps.
+ARRIVAL_STAMPS_WAIT_S = 2.0
+_STAMP_PROBE_GAP_S = 0.002  # between a probe datagram's send and its read
+
+
+def arrival_stamps_on(wait_s: float = ARRIVAL_STAMPS_WAIT_S) -> bool:
+    """Wait until the kernel stamps received frames when they arrive; False if it still did not
+    after wait_s. Why: the first socket on a host to ask for timestamps turns stamping on
+    through deferred kernel work (net_enable_timestamp schedules it); until that has run, a
+    frame is queued unstamped and the kernel stamps it when it is *read*. A capture read
+    seconds later (a loaded node, a collector at its CPU budget) would then time its first
+    frames by when they were read: wrong latencies, frames out of order. A loopback datagram
+    read a little after it was sent tells: stamped on arrival, its stamp is before the read."""
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        receiver.bind(("127.0.0.1", 0))
+        receiver.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        deadline = time.monotonic() + wait_s
+        while True:
+            sender.sendto(b"t", receiver.getsockname())
+            time.sleep(_STAMP_PROBE_GAP_S)
+            read_at = time.time_ns()
+            _data, ancdata, _flags, _addr = receiver.recvmsg(16, socket.CMSG_SPACE(_TIMESPEC.size))
+            if _stamp_of(ancdata) < read_at:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+    except OSError:
+        return False  # no loopback to ask (a bare namespace): the capture goes on as it is
+    finally:
+        receiver.close()
+        sender.close()
+
+
+def _stamp_of(ancdata: list[tuple[int, int, bytes]]) -> int:
+    """The kernel's SO_TIMESTAMPNS stamp, or a time after every stamp when there is none."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            return int(sec) * 1_000_000_000 + int(nsec)
+    return 1 << 63
 
 
 def _timestamp_ns(ancdata: list[tuple[int, int, bytes]]) -> int:
