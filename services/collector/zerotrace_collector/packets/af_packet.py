@@ -121,7 +121,6 @@ def open_capture_socket(
         ) from None
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        arrival_stamps_on()
         if udp_port is not None:
             program = udp_port_filter(
                 udp_port,
@@ -142,6 +141,9 @@ def open_capture_socket(
                 f"there is no network interface named {interface!r}; `ip link` lists them"
             ) from None
         raise FeatureUnavailable(f"cannot capture on {interface!r}: {exc.strerror}") from None
+    # After the bind: the socket already queues what comes meanwhile (nothing is missed), and
+    # the caller's "capturing" comes once frames are stamped on arrival.
+    arrival_stamps_on()
     return sock, LINKTYPE_ETHERNET if ethernet else LINKTYPE_RAW
 
 
