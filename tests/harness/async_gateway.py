@@ -18,10 +18,13 @@
 
 The truth: the request id is in the upstream call's path and in the PostgreSQL statement (as a
 column alias), so those spans name their request; for Redis (whose arguments zerotrace masks)
-the gateway logs the epoch-ns interval of each call and the local port of the pooled connection
-the call used (a pool hands a connection to one call at a time, so port and interval name one
-span). Written to TRUTH.json by the gateway when it stops: {"gateway_pid", "requests": {id:
-{"redis": [s, e], "redis_port": p, "postgres": [s, e], "upstream": [s, e]}}}.
+the gateway logs the epoch-ns interval of each call, the local port of the pooled connection
+the call used and how many calls that connection had carried before it (a pool hands a
+connection to one call at a time, so port and ordinal name one span; an interval alone does
+not: it starts before the call waits for the pool, and the connection's previous command may
+start inside it). Written to TRUTH.json by the gateway when it stops: {"gateway_pid",
+"requests": {id: {"redis": [s, e], "redis_port": p, "redis_call": n, "postgres": [s, e],
+"upstream": [s, e]}}}.
 """
 
 from __future__ import annotations
@@ -54,12 +57,14 @@ def gateway(truth_path: str, port: int, upstream: int, redis_port: int, pg_port:
 
     truth: dict[str, dict[str, Any]] = {}
     clients: dict[str, Any] = {}
-    handed: dict[Any, Any] = {}  # task -> the Redis connection the pool last gave it
+    handed: dict[Any, tuple[Any, int]] = {}  # task -> (connection the pool last gave it, ordinal)
+    calls_on: dict[Any, int] = {}  # connection -> calls it has been handed out for
 
     class LoggedPool(aioredis.ConnectionPool):
         async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
             conn = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
-            handed[asyncio.current_task()] = conn
+            handed[asyncio.current_task()] = (conn, calls_on.get(conn, 0))
+            calls_on[conn] = calls_on.get(conn, 0) + 1
             return conn
 
     ready = asyncio.Lock()  # the first requests come together: one makes the clients
@@ -82,7 +87,7 @@ def gateway(truth_path: str, port: int, upstream: int, redis_port: int, pg_port:
         start = time.time_ns()
         await clients["redis"].get(f"k:{request_id}")
         facts["redis"] = [start, time.time_ns()]
-        used = handed.pop(asyncio.current_task())
+        used, facts["redis_call"] = handed.pop(asyncio.current_task())
         facts["redis_port"] = used._writer.get_extra_info("sockname")[1]
         start = time.time_ns()
         async with clients["pg"].acquire() as conn:
