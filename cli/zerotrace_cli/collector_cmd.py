@@ -105,7 +105,13 @@ def _attach_and_publish(
     say(f"collector attached ({feeds.names}); publishing to {common.kafka}")
     codec = kafka_codec(common)
     return _publish(
-        feeds, producer, codec, args.duration, status_every=args.status_every, budget=budget
+        feeds,
+        producer,
+        codec,
+        args.duration,
+        status_every=args.status_every,
+        budget=budget,
+        slice_us=common.cpu_slice_us,
     )
 
 
@@ -117,13 +123,16 @@ def _publish(
     *,
     status_every: float = 0,
     budget: CpuBudget | None = None,
+    slice_us: int = 0,
 ) -> int:
     """The collector's loop until SIGTERM/Ctrl-C or the duration, with a status line every
     *status_every* seconds (0: none), then its report: what was published, each feed's
-    losses, and what zerotrace itself cost."""
+    losses, and what zerotrace itself cost. slice_us: its work between pauses on a busy node
+    (zerotrace.cpu_slices; 0: none)."""
     from zerotrace_collector.collector import Collector
 
-    col = Collector(feeds.feeds, producer, codec)
+    slices = feeds.paced(slice_us)
+    col = Collector(feeds.feeds, producer, codec, pause=slices.point)
     marker = RunMarker(Path(producer.spool_folder), time.time)  # a kill leaves it: a gap said
     spool = _SpoolWatch(producer)
     stop = StopFlag()
@@ -135,6 +144,7 @@ def _publish(
                 producer.tick()  # idle: the spool still goes on, an outage is still seen
             if budget is not None:
                 budget.steer(feeds.behind, time.monotonic())
+                slices.steer(budget.keeping_up)
             status.tick()
             marker.beat()
             spool.tick()

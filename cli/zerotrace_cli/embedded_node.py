@@ -77,18 +77,19 @@ class EmbeddedNode:
         )
         producer = broker.producer()
         raw = LoggingProducer(producer, self.raw_log) if self.raw_log else producer
-        self.collector = Collector(feeds.feeds, raw, codec, keep=keep)
+        self.slices = feeds.paced(common.cpu_slice_us)
+        pause = self.slices.point
+        self.collector = Collector(feeds.feeds, raw, codec, keep=keep, pause=pause)
         self.correlator = CorrelatorStep(
             codec, FileDirs.parse(common.kv_cache_dirs, common.model_dirs)
         )
         self.profiles = ProfileStep(codec, settings.load(ProfilerAggSettings))
         # Trace assembly after the correlator: at the end of input its last spans come first.
         traces = [ExchangeTraceStep(codec), ProcessTraceStep(codec)]
-        self.steps = StepRunner(broker, [self.correlator, self.profiles, *traces])
+        self.steps = StepRunner(broker, [self.correlator, self.profiles, *traces], pause=pause)
         consumer = broker.consumer(names.GROUP_QUERY_INDEXER)
-        self.indexer = Indexer(
-            consumer, broker.producer(), self.store, codec, self.clock, self._on_document
-        )
+        dlq, on_doc = broker.producer(), self._on_document
+        self.indexer = Indexer(consumer, dlq, self.store, codec, self.clock, on_doc, pause=pause)
         self._apis: list[Any] = []
         self.api_token = common.api_token  # the APIs' bearer token ("" = none); never shown
         self.monotonic = time.monotonic  # when the store is written next (tests replace it)
@@ -126,6 +127,7 @@ class EmbeddedNode:
             now = time.monotonic()
             if self.budget is not None:
                 self.budget.steer(self.feeds.behind, now)
+                self.slices.steer(self.budget.keeping_up)
             if self.output == "live" and now - last_draw >= LIVE_REFRESH_S:
                 last_draw = now
                 draw_live(self.summary, now - started)
@@ -147,6 +149,7 @@ class EmbeddedNode:
         if now >= self._index_due:
             if self.raw_log is not None:
                 self.raw_log.flush()  # a replay may read the log while this run goes on
+            self.slices.point()  # the store's write is one piece: it starts a slice
             indexed = self.indexer.run_once(0)
             moved += indexed
             if indexed < self.indexer.batch_size:  # else more wait: the next turn takes them

@@ -7,6 +7,7 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from zerotrace.cpu_slices import CpuSlices
 from zerotrace_cli.common import BPF_DIR
 from zerotrace_cli.gpu_metrics_args import add_gpu_metrics_arguments, gpu_metrics_feeds
 from zerotrace_cli.profiling_args import (
@@ -49,6 +50,15 @@ class NodeFeeds:
         if self.socket_probe is not None and self.socket_probe.backlog:
             return True
         return any(getattr(feed, "behind", False) for feed in self.profiling)
+
+    def paced(self, slice_us: int) -> CpuSlices:
+        """The pause point of the node's loop (zerotrace.cpu_slices: its work in pieces of at
+        most *slice_us* of CPU on a busy node; 0: none), also set inside the socket probe's
+        decoding of a poll."""
+        slices = CpuSlices(slice_us)
+        if self.socket_probe is not None:
+            self.socket_probe.pause = slices.point
+        return slices
 
     def programs(self) -> list[str]:
         """The final eBPF programs, for the hidden --ebpf flag (of the feeds that have one:

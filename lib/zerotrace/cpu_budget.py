@@ -76,6 +76,7 @@ class CpuBudget:
     cgroup: Path | None = None
     _home: Path | None = field(default=None, repr=False)
     weight: int = WEIGHT_BEHIND
+    keeping_up: bool = True  # as steer() last found it: no ring left behind for a while
     _behind_at: float | None = field(default=None, repr=False)
 
     def steer(self, behind: bool, now: float) -> None:
@@ -84,6 +85,7 @@ class CpuBudget:
         if behind:
             self._behind_at = now
         calm = self._behind_at is None or now - self._behind_at >= CALM_AFTER_S
+        self.keeping_up = calm
         self.set_weight(WEIGHT_KEEPING_UP if calm else WEIGHT_BEHIND)
 
     def set_weight(self, weight: int) -> None:

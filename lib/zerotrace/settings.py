@@ -83,6 +83,12 @@ class CommonSettings:
         0.5,
         "Cores the collector's and `run`'s own work may use (cgroup cpu limit; 0 = unlimited).",
     )
+    cpu_slice_us: int = setting(
+        "ZEROTRACE_CPU_SLICE_US",
+        500,
+        "CPU time (µs) of zerotrace's own work between short pauses that let a busy node's "
+        "waiting threads run (0 = no pauses; zerotrace.cpu_slices).",
+    )
     kafka: str = setting("ZEROTRACE_KAFKA", "127.0.0.1:9092", "Kafka bootstrap servers.")
     kafka_port: int = setting("ZEROTRACE_KAFKA_PORT", 9092, "Port of the local Kafka (infra up).")
     # Checked together by zerotrace.kafka_security, which every Kafka client is given.

@@ -13,9 +13,10 @@ what every group committed).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from zerotrace.bus import Bus, Consumer, Message, Producer
+from zerotrace.cpu_slices import no_pause
 from zerotrace.errors import TransientIO
 from zerotrace.step import Output, Step
 
@@ -26,8 +27,9 @@ FLUSH_TIMEOUT_S = 30.0
 class _Lane:
     """One step with its own consumer (its group) and producer."""
 
-    def __init__(self, bus: Bus, step: Step) -> None:
+    def __init__(self, bus: Bus, step: Step, pause: Callable[[], None]) -> None:
         self.step = step
+        self._pause = pause
         self.consumer: Consumer = bus.consumer(step.group)
         self.consumer.subscribe(step.input_topics)
         self.producer: Producer = bus.producer()
@@ -39,6 +41,7 @@ class _Lane:
             taken += 1
             self.last[(message.topic, message.partition)] = message
             self.send(self.step.process(message))
+            self._pause()
         return taken
 
     def send(self, outputs: list[Output]) -> None:
@@ -54,8 +57,15 @@ class _Lane:
 
 
 class StepRunner:
-    def __init__(self, bus: Bus, steps: Sequence[Step], batch: int = 1000) -> None:
-        self._lanes = [_Lane(bus, step) for step in steps]
+    def __init__(
+        self,
+        bus: Bus,
+        steps: Sequence[Step],
+        batch: int = 1000,
+        pause: Callable[[], None] = no_pause,
+    ) -> None:
+        """pause: called after each message (zerotrace.cpu_slices)."""
+        self._lanes = [_Lane(bus, step, pause) for step in steps]
         self._batch = batch
         self._ticked_ns: int | None = None
 

@@ -292,3 +292,24 @@ def test_the_bus_holds_exactly_the_kept_records_each_key_in_feed_order(
         assert [d["event_id"] for d in got if d["pid"] == pid] == [
             r.datum["event_id"] for r in expected if r.pid == pid
         ]
+
+
+def test_the_loop_s_pause_point_comes_after_each_published_record() -> None:
+    """zerotrace.cpu_slices paces the loop between records, so a poll's batch is pieces of CPU
+    time a busy node's threads can run between."""
+    broker, codec = make_broker(), make_codec()
+    feed = attached(InMemoryFeed("file-open", [file_open(1, n) for n in range(4)]))
+    order: list[str] = []
+    producer = broker.producer()
+
+    class Watching:
+        def produce(self, topic: str, key: bytes, value: bytes) -> None:
+            order.append("produce")
+            producer.produce(topic, key, value)
+
+        def flush(self, timeout: float) -> int:
+            return producer.flush(timeout)
+
+    collector = Collector([feed], Watching(), codec, pause=lambda: order.append("pause"))  # type: ignore[arg-type]
+    assert collector.pump(0) == 4
+    assert order == ["produce", "pause"] * 4

@@ -107,13 +107,15 @@ def test_the_weight_is_light_while_it_keeps_up_and_normal_while_it_is_behind(
     weight = budget.cgroup / "cpu.weight"
     assert weight.read_text() == "12\n"  # an eighth of a normal task (100 in v2 units)
     budget.steer(behind=False, now=10.0)
-    assert budget.weight == WEIGHT_KEEPING_UP
+    assert budget.weight == WEIGHT_KEEPING_UP and budget.keeping_up
     budget.steer(behind=True, now=11.0)
     assert (budget.weight, weight.read_text()) == (WEIGHT_BEHIND, "100\n")
+    assert not budget.keeping_up  # the loops stop pausing (zerotrace.cpu_slices)
     budget.steer(behind=False, now=11.5)  # not calm for long enough yet
-    assert budget.weight == WEIGHT_BEHIND
+    assert budget.weight == WEIGHT_BEHIND and not budget.keeping_up
     budget.steer(behind=False, now=11.0 + CALM_AFTER_S)
     assert (budget.weight, weight.read_text()) == (WEIGHT_KEEPING_UP, "12\n")
+    assert budget.keeping_up
     assert root.exists()
 
 

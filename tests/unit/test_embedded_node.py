@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -199,5 +200,28 @@ def test_the_store_is_written_at_most_every_index_interval(tmp_path: Path) -> No
         node.step_once()
         node.finish()
         assert writes == [1, 3, 1] and node.indexer.indexed == 5
+    finally:
+        node.close()
+
+
+def test_the_loop_pauses_while_it_keeps_up_and_not_while_it_is_behind(
+    tmp_path: Path, stop: StopFlag
+) -> None:
+    """zerotrace.cpu_slices in the node: every stage's loop calls the node's pause point, and
+    the pauses follow the CPU budget's verdict (none while zerotrace catches up)."""
+    node, _feed = node_with(tmp_path, [file_open(7, n) for n in range(5)])
+    slept: list[float] = []
+    try:
+        node.slices._sleep = slept.append
+        node.slices._slice_ns = 0  # every point ends a slice
+        node.step_once()
+        assert len(slept) >= 11  # 5 records published, 5 taken by a step, the store's write
+        node.budget = CpuBudget(0.5, None, "test")
+        node.budget.steer(behind=True, now=time.monotonic())  # a ring was left full just now
+        node.run(stop, None, duration_s=0.05)
+        assert node.slices.active is False
+        node.budget = CpuBudget(0.5, None, "test")  # never behind
+        node.run(stop, None, duration_s=0.05)
+        assert node.slices.active is True
     finally:
         node.close()

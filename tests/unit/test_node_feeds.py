@@ -116,3 +116,12 @@ def test_the_node_is_behind_when_a_ring_was_left_full_or_the_profiler_has_news()
     profiler.behind, socket.backlog = False, True
     assert node.behind
     assert not NodeFeeds([], None, []).behind
+
+
+def test_the_pause_point_reaches_into_the_socket_probe_s_decoding() -> None:
+    """NodeFeeds.paced: the loop's pause point is also called between pieces of a poll's
+    decoding (a 100 ms take of a busy ring is thousands of records)."""
+    probe = SimpleNamespace(pause=None)
+    slices = NodeFeeds([], probe, []).paced(500)  # type: ignore[arg-type]
+    assert probe.pause == slices.point and slices.enabled
+    assert not NodeFeeds([], None, []).paced(0).enabled

@@ -67,6 +67,24 @@ def test_indexes_spans_and_a_replay_does_not_duplicate(
     assert store.count("spans", Query()) == 9
 
 
+def test_each_index_s_write_is_followed_by_the_pause_point(
+    broker: InMemoryBroker, store: DuckDBStore, codec: AvroCodec
+) -> None:
+    """zerotrace.cpu_slices: a batch of several indices is several pieces of CPU time."""
+    publish_spans(broker, codec, 3)
+    points: list[int] = []
+    idx = Indexer(
+        broker.consumer("g"),
+        broker.producer(),
+        store,
+        codec,
+        ManualClock(7),
+        pause=lambda: points.append(1),
+    )
+    assert idx.run_once(0.1) == 3
+    assert points == [1]  # one index (spans), one write, one point after it
+
+
 def test_poison_goes_to_the_dead_letter_topic_and_indexing_goes_on(
     broker: InMemoryBroker, store: DuckDBStore, codec: AvroCodec
 ) -> None:

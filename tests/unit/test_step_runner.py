@@ -101,14 +101,30 @@ def test_a_quiet_input_closes_its_windows_by_the_clock_without_finish(codec: Avr
 def test_everything_taken_is_committed_even_what_an_open_window_holds(codec: AvroCodec) -> None:
     """In process no successor could read held records again: the runner commits all it took,
     so the in-process bus can drop them (a long exchange's records are not kept in memory)."""
+    broker = three_samples(codec)
+    step = ProfileStep(codec, SETTINGS)
+    runner = StepRunner(broker, [step])
+    runner.run_once(now_ns=0)
+    assert step.held(), "the window is open"
+    assert drain(broker, step.group, (names.RAW_STACK.name,)) == []
+
+
+def test_the_loop_s_pause_point_comes_after_each_message(codec: AvroCodec) -> None:
+    """zerotrace.cpu_slices paces the embedded node between messages: a step's batch is never
+    one piece of CPU time."""
+    broker = three_samples(codec)
+    points: list[int] = []
+    runner = StepRunner(broker, [ProfileStep(codec, SETTINGS)], pause=lambda: points.append(1))
+    assert runner.run_once(now_ns=0) == 3
+    assert len(points) == 3
+
+
+def three_samples(codec: AvroCodec) -> InMemoryBroker:
+    """A bus holding three stack samples of one thread, a second apart."""
     broker = InMemoryBroker(trim_committed=True)
     broker.ensure_topics()
     producer = broker.producer()
     for i in range(3):
         datum = sample(i * S, ["thread:7", "py:work (w.py:1)"], pid=7, tid=7)
         producer.produce(names.RAW_STACK.name, b"7", codec.encode(names.RAW_STACK.record, datum))
-    step = ProfileStep(codec, SETTINGS)
-    runner = StepRunner(broker, [step])
-    runner.run_once(now_ns=0)
-    assert step.held(), "the window is open"
-    assert drain(broker, step.group, (names.RAW_STACK.name,)) == []
+    return broker

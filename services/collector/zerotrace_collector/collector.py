@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from zerotrace.bus import Producer
 from zerotrace.codec import AvroCodec
+from zerotrace.cpu_slices import no_pause
 from zerotrace.errors import Backpressure, FeatureUnavailable
 from zerotrace_collector.feeds import Feed, RawRecord
 
@@ -45,8 +46,12 @@ class Collector:
         producer: Producer,
         codec: AvroCodec,
         keep: Callable[[RawRecord], bool] | None = None,
+        pause: Callable[[], None] = no_pause,
     ) -> None:
+        """pause: called after each record (zerotrace.cpu_slices: the loop steps aside after
+        each slice of its CPU time, so a batch never holds a busy node's CPU for long)."""
         self._feeds = list(feeds)
+        self._pause = pause
         self._producer = producer
         self._codec = codec
         self._keep = keep
@@ -59,6 +64,7 @@ class Collector:
         timeout is shared: the first feed may wait for it, the others are only drained.
         Records are encoded and handed over one by one, none kept."""
         published = 0
+        pause = self._pause
         for i, feed in enumerate(self._feeds):
             keep = None if feed.follows else self._keep
             for raw in feed.poll(timeout_ms if i == 0 else 0):
@@ -75,6 +81,7 @@ class Collector:
                 published += 1
                 self.published += 1  # at once: a later record's failure must not hide it
                 self.events += raw.events
+                pause()
         return published
 
     def counters(self) -> dict[str, int]:

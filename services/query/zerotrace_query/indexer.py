@@ -27,6 +27,7 @@ from zerotrace import names
 from zerotrace.bus import Consumer, Message, Producer
 from zerotrace.clock import Clock
 from zerotrace.codec import AvroCodec
+from zerotrace.cpu_slices import no_pause
 from zerotrace.deadletter import dead_letter
 from zerotrace.errors import PoisonInput, TransientIO
 from zerotrace.store import Store
@@ -166,8 +167,12 @@ class Indexer:
         on_document: Callable[[str, dict[str, Any]], None] | None = None,
         batch_size: int = 500,
         reconnect: Callable[[], Consumer] | None = None,
+        pause: Callable[[], None] = no_pause,
     ) -> None:
-        """`reconnect` makes a new consumer of the same group (see the module's docstring)."""
+        """`reconnect` makes a new consumer of the same group (see the module's docstring);
+        `pause` is called after each index's write (zerotrace.cpu_slices: an embedded store's
+        write is a few ms of CPU in one call, so a batch of several indices is pieces)."""
+        self._pause = pause
         self._consumer = consumer
         self._dlq = dlq
         self._store = store
@@ -258,6 +263,7 @@ class Indexer:
                     self._store.refresh(index)
                 except TransientIO as exc:
                     away = str(exc)
+                self._pause()
             if away:
                 for i, _ in items:
                     outcomes[i] = Outcome("retry", away)
