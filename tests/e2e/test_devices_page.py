@@ -14,17 +14,14 @@ Debian's Chromium."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.client import connect
 
-from tests.e2e.test_web_page import SCREENSHOTS, VIEWPORT, Cdp, browser
+from tests.e2e.test_web_page import VIEWPORT, Cdp, browser
 from tests.unit.test_llm_query_documents import index_all
 from zerotrace import names
 from zerotrace.bus import Message
@@ -235,29 +232,6 @@ STATE_JS = """JSON.stringify({
 })"""
 
 
-async def _wait(cdp: Cdp, done: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
-    state: dict[str, Any] = {}
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        state = json.loads(await cdp.evaluate(STATE_JS) or "{}")
-        if "updated" in state.get("status", "") and done(state):
-            return state
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"the page did not show {what} in 30 s: {state}")
-
-
-async def _shot(cdp: Cdp, out: Path) -> None:
-    await asyncio.sleep(0.3)  # let layout settle before the picture
-    size = (await cdp.call("Page.getLayoutMetrics"))["cssContentSize"]
-    clip = {"x": 0, "y": 0, "width": VIEWPORT["width"], "height": size["height"], "scale": 1}
-    shot = await cdp.call(
-        "Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip
-    )
-    out.write_bytes(base64.b64decode(shot["data"]))
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    shutil.copy(out, SCREENSHOTS / out.name)
-
-
 async def _inspect(ws_url: str, base: str, tmp: Path) -> dict[str, Any]:
     found: dict[str, Any] = {}
     async with connect(ws_url, max_size=None) as ws:
@@ -268,20 +242,20 @@ async def _inspect(ws_url: str, base: str, tmp: Path) -> dict[str, Any]:
             "Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=False, **VIEWPORT
         )
         await cdp.call("Page.navigate", url=f"{base}/devices?from={T0}&to={T0 + SECONDS * S}")
-        found["first"] = await _wait(
-            cdp,
+        found["first"] = await cdp.wait_for(
+            STATE_JS,
             lambda s: len(s["gpus"]) == 3 and len(s["charts"]) == 4 and len(s["flows"]) == 1,
             "the GPUs, the first one's charts and the RDMA flow",
         )
-        await _shot(cdp, tmp / "devices-page.png")
+        await cdp.screenshot(tmp / "devices-page.png")
         await cdp.evaluate(
             "[...document.querySelectorAll('#gpus tbody tr')]"
             f".find(r => r.cells[3].innerText === {json.dumps(GPUS[2][2])}).click()"
         )
-        found["a10"] = await _wait(
-            cdp, lambda s: s["picked"] == GPUS[2][2] and "A10" in s["title"], "the A10 picked"
+        found["a10"] = await cdp.wait_for(
+            STATE_JS, lambda s: s["picked"] == GPUS[2][2] and "A10" in s["title"], "the A10 picked"
         )
-        await _shot(cdp, tmp / "devices-page-a10.png")
+        await cdp.screenshot(tmp / "devices-page-a10.png")
         found["problems"] = cdp.problems()
         await cdp.close()
     return found

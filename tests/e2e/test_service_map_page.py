@@ -10,17 +10,13 @@ range with nothing, with no console error. Screenshots go to the test's tmp dir 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import shutil
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.client import connect
 
-from tests.e2e.test_web_page import SCREENSHOTS, VIEWPORT, Cdp, browser
+from tests.e2e.test_web_page import VIEWPORT, Cdp, browser
 from tests.unit.service_map_data import EXPECTED, RANGE_NS, T0, index_topology, topology
 from tests.unit.test_span_search import span_codec
 from zerotrace.store_duckdb import DuckDBStore
@@ -55,29 +51,6 @@ def health(errors: int, count: int) -> str:
     return "ok" if share < 0.01 else "warn" if share < 0.05 else "bad"
 
 
-async def _wait(cdp: Cdp, done: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
-    state: dict[str, Any] = {}
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        state = json.loads(await cdp.evaluate(STATE_JS) or "{}")
-        if "updated" in state.get("status", "") and done(state):
-            return state
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"the page did not show {what} in 30 s: {state}")
-
-
-async def _shot(cdp: Cdp, out: Path) -> None:
-    await asyncio.sleep(0.3)  # let layout settle before the picture
-    size = (await cdp.call("Page.getLayoutMetrics"))["cssContentSize"]
-    clip = {"x": 0, "y": 0, "width": VIEWPORT["width"], "height": size["height"], "scale": 1}
-    shot = await cdp.call(
-        "Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip
-    )
-    out.write_bytes(base64.b64decode(shot["data"]))
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    shutil.copy(out, SCREENSHOTS / out.name)
-
-
 async def _inspect(ws_url: str, base: str, tmp: Path) -> dict[str, Any]:
     found: dict[str, Any] = {}
     async with connect(ws_url, max_size=None) as ws:
@@ -88,8 +61,8 @@ async def _inspect(ws_url: str, base: str, tmp: Path) -> dict[str, Any]:
             "Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=False, **VIEWPORT
         )
         await cdp.call("Page.navigate", url=f"{base}/services?from={T0}&to={T0 + RANGE_NS}")
-        found["map"] = await _wait(
-            cdp,
+        found["map"] = await cdp.wait_for(
+            STATE_JS,
             lambda s: len(s["edges"]) == len(EXPECTED) and all(x["boxed"] for x in s["labels"]),
             "the whole map",
         )
@@ -106,17 +79,17 @@ async def _inspect(ws_url: str, base: str, tmp: Path) -> dict[str, Any]:
             "(t => t.hidden ? '' : t.innerText)(document.getElementById('tooltip'))"
         )
         await cdp.call("Input.dispatchMouseEvent", type="mouseMoved", x=2, y=2)
-        await _shot(cdp, tmp / "service-map.png")
+        await cdp.screenshot(tmp / "service-map.png")
         await cdp.evaluate(
             "(e => { e.value = 'redis'; e.dispatchEvent(new Event('change', {bubbles: true})); })"
             "(document.getElementById('protocol'))"
         )
-        found["redis"] = await _wait(
-            cdp, lambda s: {e["protocol"] for e in s["edges"]} == {"redis"}, "the Redis edges"
+        found["redis"] = await cdp.wait_for(
+            STATE_JS, lambda s: {e["protocol"] for e in s["edges"]} == {"redis"}, "the Redis edges"
         )
-        await _shot(cdp, tmp / "service-map-redis.png")
+        await cdp.screenshot(tmp / "service-map-redis.png")
         await cdp.call("Page.navigate", url=f"{base}/services?range=5m")
-        found["empty"] = await _wait(cdp, lambda s: s["empty"], "the empty state")
+        found["empty"] = await cdp.wait_for(STATE_JS, lambda s: s["empty"], "the empty state")
         found["problems"] = cdp.problems()
         await cdp.close()
     return found

@@ -14,7 +14,6 @@ import json
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,17 +45,6 @@ STATE_JS = """JSON.stringify({
   empty: !document.getElementById('empty').hidden,
   search: location.search,
 })"""
-
-
-async def _wait(cdp: Cdp, done: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
-    state: dict[str, Any] = {}
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        state = json.loads(await cdp.evaluate(STATE_JS) or "{}")
-        if "updated" in state.get("status", "") and done(state):
-            return state
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"the page did not show {what} in 30 s: {state}")
 
 
 async def _set(cdp: Cdp, element: str, value: str) -> None:
@@ -91,7 +79,9 @@ async def _drive(ws_url: str, url: str, spans: list[dict[str, Any]], out: Path) 
         await cdp.call("Page.navigate", url=f"{url}/spans?token={TOKEN}")
         everything = _expect(spans, SpanFilter())
         steps.append(
-            await _wait(cdp, lambda s: s["charts"] == everything["charts"], "every protocol")
+            await cdp.wait_for(
+                STATE_JS, lambda s: s["charts"] == everything["charts"], "every protocol"
+            )
         )
         await asyncio.sleep(0.3)  # let layout settle before the picture
         metrics = await cdp.call("Page.getLayoutMetrics")
@@ -112,19 +102,29 @@ async def _drive(ws_url: str, url: str, spans: list[dict[str, Any]], out: Path) 
         dns = names.PROTOCOL_DNS
         await _set(cdp, "protocol", dns)
         only_dns = _expect(spans, SpanFilter(protocol=dns))
-        steps.append(await _wait(cdp, lambda s: s["charts"] == only_dns["charts"], "dns only"))
+        steps.append(
+            await cdp.wait_for(STATE_JS, lambda s: s["charts"] == only_dns["charts"], "dns only")
+        )
         await _set(cdp, "status-filter", "ERROR")
         dns_errors = _expect(spans, SpanFilter(protocol=dns, status="ERROR"))
-        steps.append(await _wait(cdp, lambda s: s["charts"] == dns_errors["charts"], "dns errors"))
+        steps.append(
+            await cdp.wait_for(
+                STATE_JS, lambda s: s["charts"] == dns_errors["charts"], "dns errors"
+            )
+        )
         await _set(cdp, "status-filter", "")
         await _set(cdp, "min-ms", "0.5")
         slow_dns = _expect(spans, SpanFilter(protocol=dns, min_duration_ns=MS // 2))
-        steps.append(await _wait(cdp, lambda s: s["charts"] == slow_dns["charts"], "slow dns"))
+        steps.append(
+            await cdp.wait_for(STATE_JS, lambda s: s["charts"] == slow_dns["charts"], "slow dns")
+        )
         await _set(cdp, "protocol", "")
         await _set(cdp, "min-ms", "")
         await _set(cdp, "max-ms", "1")
         fast = _expect(spans, SpanFilter(max_duration_ns=MS))
-        steps.append(await _wait(cdp, lambda s: s["charts"] == fast["charts"], "fast spans"))
+        steps.append(
+            await cdp.wait_for(STATE_JS, lambda s: s["charts"] == fast["charts"], "fast spans")
+        )
         steps.append(cdp.problems())
         await cdp.close()
     return steps
@@ -180,7 +180,7 @@ async def _empty(ws_url: str, url: str) -> tuple[dict[str, Any], list[str]]:
         for domain in ("Runtime", "Log", "Page"):
             await cdp.call(f"{domain}.enable")
         await cdp.call("Page.navigate", url=f"{url}/spans")
-        state = await _wait(cdp, lambda s: s["empty"], "the empty state")
+        state = await cdp.wait_for(STATE_JS, lambda s: s["empty"], "the empty state")
         text = await cdp.evaluate("document.getElementById('empty').innerText")
         problems = cdp.problems()
         await cdp.close()

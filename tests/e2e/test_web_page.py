@@ -19,7 +19,7 @@ import subprocess
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,6 +120,33 @@ class Cdp:
     async def evaluate(self, expression: str) -> Any:
         reply = await self.call("Runtime.evaluate", expression=expression, returnByValue=True)
         return reply["result"].get("value")
+
+    async def wait_for(
+        self, state_js: str, done: Callable[[dict[str, Any]], bool], what: str
+    ) -> dict[str, Any]:
+        """The page's state (*state_js* returns it as JSON) once its status says "updated"
+        and *done* holds; fails after 30 s, showing the last state."""
+        state: dict[str, Any] = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            state = json.loads(await self.evaluate(state_js) or "{}")
+            if "updated" in state.get("status", "") and done(state):
+                return state
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"the page did not show {what} in 30 s: {state}")
+
+    async def screenshot(self, out: Path) -> None:
+        """The whole page as a PNG in *out*, also kept in SCREENSHOTS for people to look at."""
+        await asyncio.sleep(0.3)  # let layout settle before the picture
+        size = (await self.call("Page.getLayoutMetrics"))["cssContentSize"]
+        clip = {"x": 0, "y": 0, "width": VIEWPORT["width"], "height": size["height"], "scale": 1}
+        shot = await self.call(
+            "Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip
+        )
+        out.write_bytes(base64.b64decode(shot["data"]))
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(out, SCREENSHOTS / out.name)
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", out
 
     def problems(self) -> list[str]:
         """Console errors and assertions, uncaught exceptions, and browser log errors (a
