@@ -18,8 +18,13 @@ throughput loss <= 5 %, added p99 TTFT <= 1 ms, one record for every request, an
 request's TTFT and TPOT within 2 ms of its client's truth (tests/harness/accuracy.py's
 `compare`: 2 ms or 2 %, whichever is larger, beyond the client's own measured uncertainty).
 
+With --whole-batches-too each round also runs the load observed by zerotrace with
+ZEROTRACE_CPU_SLICE_US=0 (its work in whole batches, as before zerotrace.cpu_slices), the
+three modes in an order that turns each round, and prints its added p99 TTFT and throughput
+loss beside the default's: the pieces' effect measured in one sitting.
+
 Run (root, for eBPF): .venv/bin/python -m bench.busy_llm [--requests 300 --rounds 2
-    --concurrency 16 --burn-ms 5]
+    --concurrency 16 --burn-ms 5 --whole-batches-too]
 """
 
 from __future__ import annotations
@@ -57,6 +62,9 @@ TOLERANCE_MS = TOLERANCE_NS / 1e6
 # load asks for at concurrency 16; the clients' own CPU leaves the server 200-300 of them.
 BURN_MS_PER_TOKEN = 5.0
 SERVER = "SERVER"
+# The observed mode with zerotrace's work in whole batches (--whole-batches-too).
+WHOLE = "whole"
+MODE_SETTINGS: dict[str, dict[str, str]] = {"on": {}, WHOLE: {"ZEROTRACE_CPU_SLICE_US": "0"}}
 
 
 @dataclass
@@ -77,6 +85,7 @@ class Accuracy:
 @dataclass
 class Run:
     scheme: str  # "http" or "https"
+    mode: str  # "off" (unobserved), "on" (zerotrace at its defaults) or WHOLE
     requests: int
     measure: Measure
     busy_pct: float  # the machine's cores busy over the load, in %
@@ -222,6 +231,17 @@ def summary_notes(summary: str) -> list[str]:
     return [line.strip() for line in summary.splitlines() if line.strip().startswith(keep)]
 
 
+MODE_NAMES = ("off", "on", WHOLE)
+
+
+def round_modes(round_: int, whole_too: bool) -> tuple[str, ...]:
+    """The modes of a round, in an order that turns each round, so that no mode always runs
+    first (or right after another) on a machine whose speed drifts."""
+    modes = MODE_NAMES if whole_too else MODE_NAMES[:2]
+    turn = round_ % len(modes)
+    return modes[turn:] + modes[:turn]
+
+
 def mode_lines(round_: int, mode: str, run: Run) -> list[str]:
     m = run.measure
     lines = [
@@ -245,8 +265,8 @@ def verdicts(runs: Sequence[Run]) -> list[Verdict]:
     """Every target, per scheme, over the means of that scheme's rounds."""
     out = []
     for scheme in dict.fromkeys(r.scheme for r in runs):
-        off = [r for r in runs if r.scheme == scheme and r.accuracy is None]
-        on = [r for r in runs if r.scheme == scheme and r.accuracy is not None]
+        off = [r for r in runs if r.scheme == scheme and r.mode == "off"]
+        on = [r for r in runs if r.scheme == scheme and r.mode == "on"]
         if not off or not on:
             continue
         rps_off = statistics.mean(r.measure.requests_per_s for r in off)
@@ -289,13 +309,39 @@ def verdicts(runs: Sequence[Run]) -> list[Verdict]:
     return out
 
 
+def cost_of(off: Sequence[Run], on: Sequence[Run]) -> tuple[float, float]:
+    """Throughput loss (%) and added p99 TTFT (ms) of *on* against *off*, over their means."""
+    rps_off = statistics.mean(r.measure.requests_per_s for r in off)
+    rps_on = statistics.mean(r.measure.requests_per_s for r in on)
+    loss = 100 * (rps_off - rps_on) / rps_off if rps_off else float("nan")
+    p99_off = statistics.mean(r.measure.p99_ttft_ms for r in off)
+    return loss, statistics.mean(r.measure.p99_ttft_ms for r in on) - p99_off
+
+
+def whole_batch_lines(runs: Sequence[Run]) -> list[str]:
+    """--whole-batches-too: zerotrace's cost with its work in pieces (the default) and in
+    whole batches, each against the same unobserved rounds."""
+    out = []
+    for scheme in dict.fromkeys(r.scheme for r in runs):
+        by_mode = {m: [r for r in runs if r.scheme == scheme and r.mode == m] for m in MODE_NAMES}
+        if not all(by_mode.values()):
+            continue
+        for mode, label in (("on", "in pieces (default)"), (WHOLE, "in whole batches")):
+            loss, added = cost_of(by_mode["off"], by_mode[mode])
+            out.append(
+                f"{scheme:>5}  zerotrace's work {label:<20}: added p99 TTFT {added:+.2f} ms, "
+                f"throughput loss {loss:+.1f} %"
+            )
+    return out
+
+
 def noise_lines(runs: Sequence[Run]) -> list[str]:
     """How far the unobserved rounds of each scheme differ among themselves: the noise a
     verdict's difference must stand out of (on these shared VMs it is often larger than the
     targets; more rounds narrow the means, not the spread)."""
     out = []
     for scheme in dict.fromkeys(r.scheme for r in runs):
-        off = [r.measure for r in runs if r.scheme == scheme and r.accuracy is None]
+        off = [r.measure for r in runs if r.scheme == scheme and r.mode == "off"]
         if len(off) < 2:
             continue
         rps = [m.requests_per_s for m in off]
@@ -367,17 +413,17 @@ def run_mode(mode: str, server: Server, args: argparse.Namespace, store: Path) -
         truths, busy = load(server, args)
     else:
         summary = store.with_suffix(".summary")
-        with zerotrace_attached(server.pid, store, summary) as http_port:
+        with zerotrace_attached(server.pid, store, summary, MODE_SETTINGS[mode]) as http_port:
             time.sleep(SETTLE_S)  # steady state: not the end of its start-up
             truths, busy = load(server, args)
             catch_up(http_port, args.requests + args.concurrency * len(KINDS))  # and warm-ups
         notes = summary_notes(summary.read_text())
     stamps = read_server_truth(server.truth)  # the last line per model: this run's
-    if mode == "on":
+    if mode != "off":
         accuracy = assess(truths, read_records(store), stamps, time.time_ns() - time.monotonic_ns())
     measured = measure(mode, [Truth(**t) for t in truths])
     read_p99 = percentile(read_delays_ms(truths, stamps), 0.99)
-    return Run(server.scheme, args.requests, measured, busy, read_p99, accuracy, notes)
+    return Run(server.scheme, mode, args.requests, measured, busy, read_p99, accuracy, notes)
 
 
 def main() -> None:
@@ -393,6 +439,11 @@ def main() -> None:
     parser.add_argument(
         "--schemes", default="http,https", help="comma-separated: http, https or both"
     )
+    parser.add_argument(
+        "--whole-batches-too",
+        action="store_true",
+        help="also observe with zerotrace's work in whole batches (ZEROTRACE_CPU_SLICE_US=0)",
+    )
     args = parser.parse_args()
     if args.requests < 1 or args.rounds < 1 or args.concurrency < 1 or args.burn_ms <= 0:
         parser.error("--requests, --rounds, --concurrency and --burn-ms must be positive")
@@ -404,8 +455,7 @@ def main() -> None:
         for scheme in schemes:
             with busy_server(scheme, args.burn_ms, Path(tmp)) as server:
                 for round_ in range(args.rounds):
-                    modes = ("off", "on") if round_ % 2 == 0 else ("on", "off")
-                    for mode in modes:
+                    for mode in round_modes(round_, args.whole_batches_too):
                         store = Path(tmp) / f"zt-{scheme}-{round_}.duckdb"
                         run = run_mode(mode, server, args, store)
                         runs.append(run)
@@ -417,7 +467,7 @@ def main() -> None:
     print()
     if args.requests < 100:
         print(f"(only {args.requests} requests a run: the p99 is close to the maximum, so noisy)")
-    for line in verdict_lines(verdicts(runs)) + noise_lines(runs):
+    for line in verdict_lines(verdicts(runs)) + whole_batch_lines(runs) + noise_lines(runs):
         print(line)
     sys.stdout.flush()
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import signal
 import socket
 import statistics
@@ -30,7 +31,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,15 +110,19 @@ def openai_server(options: Sequence[str] = (), scheme: str = "http") -> Iterator
 
 
 @contextmanager
-def zerotrace_attached(pid: int, store: Path, summary: Path | None = None) -> Iterator[int]:
+def zerotrace_attached(
+    pid: int, store: Path, summary: Path | None = None, env: Mapping[str, str] | None = None
+) -> Iterator[int]:
     """`zerotrace run --pid PID` until the block ends; yields its HTTP port once it serves.
-    *summary*: a file for its standard output (with --quiet, the summary it prints at the end)."""
+    *summary*: a file for its standard output (with --quiet, the summary it prints at the end);
+    *env*: settings to run it with (ZEROTRACE_...), over this process's environment."""
     http_port = free_port()
     out = summary.open("w") if summary else None
     proc = subprocess.Popen(
         [sys.executable, "-m", "zerotrace_cli", "run", "--no-files", "--quiet", "--pid", str(pid),
          "--store", str(store), "--http-port", str(http_port), "--grpc-port", str(free_port())],
         cwd=REPO, stdout=out or subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **env} if env else None,
     )  # fmt: skip
     if out:
         out.close()  # the child has its own copy

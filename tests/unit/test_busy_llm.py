@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from bench.busy_llm import (
+    MODE_NAMES,
+    WHOLE,
     Accuracy,
     Run,
     assess,
@@ -19,9 +21,11 @@ from bench.busy_llm import (
     mode_lines,
     noise_lines,
     read_delays_ms,
+    round_modes,
     summary_notes,
     verdict_lines,
     verdicts,
+    whole_batch_lines,
     worst_errors,
 )
 from bench.llm_overhead import Measure
@@ -125,12 +129,12 @@ def accuracy(recorded: int, problems: int = 0) -> Accuracy:
 
 def test_verdicts_per_scheme_over_the_means_of_the_rounds() -> None:
     runs = [
-        Run("http", 10, measured(100, 50), 99, 1.5),
-        Run("http", 10, measured(98, 50.5), 99, 1.5, accuracy(10)),
-        Run("http", 10, measured(96, 50.4), 99, 1.5, accuracy(10)),
-        Run("http", 10, measured(100, 50), 99, 1.5),
-        Run("https", 10, measured(80, 60), 99, 1.5),
-        Run("https", 10, measured(70, 62), 99, 1.5, accuracy(9, problems=1)),
+        Run("http", "off", 10, measured(100, 50), 99, 1.5),
+        Run("http", "on", 10, measured(98, 50.5), 99, 1.5, accuracy(10)),
+        Run("http", "on", 10, measured(96, 50.4), 99, 1.5, accuracy(10)),
+        Run("http", "off", 10, measured(100, 50), 99, 1.5),
+        Run("https", "off", 10, measured(80, 60), 99, 1.5),
+        Run("https", "on", 10, measured(70, 62), 99, 1.5, accuracy(9, problems=1)),
     ]
     found = verdicts(runs)
     assert [(v.scheme, v.ok) for v in found] == [
@@ -157,11 +161,11 @@ def test_verdicts_per_scheme_over_the_means_of_the_rounds() -> None:
 
 def test_noise_lines_show_how_far_the_unobserved_rounds_are_apart() -> None:
     runs = [
-        Run("http", 10, measured(20.6, 63), 99, 1.5),
-        Run("http", 10, measured(19.0, 70), 99, 1.5, accuracy(10)),
-        Run("http", 10, measured(19.4, 87), 99, 1.5),
-        Run("https", 10, measured(18, 60), 99, 1.5),  # one unobserved round: no spread
-        Run("https", 10, measured(17, 62), 99, 1.5, accuracy(10)),
+        Run("http", "off", 10, measured(20.6, 63), 99, 1.5),
+        Run("http", "on", 10, measured(19.0, 70), 99, 1.5, accuracy(10)),
+        Run("http", "off", 10, measured(19.4, 87), 99, 1.5),
+        Run("https", "off", 10, measured(18, 60), 99, 1.5),  # one unobserved round: no spread
+        Run("https", "on", 10, measured(17, 62), 99, 1.5, accuracy(10)),
     ]
     assert noise_lines(runs) == [
         " http  unobserved rounds among themselves: 19.4-20.6 req/s (6.0 % apart), "
@@ -169,22 +173,46 @@ def test_noise_lines_show_how_far_the_unobserved_rounds_are_apart() -> None:
     ]
 
 
+def test_whole_batches_are_set_beside_the_default_against_the_same_unobserved_rounds() -> None:
+    runs = [
+        Run("http", "off", 10, measured(100, 50), 99, 1.5),
+        Run("http", "on", 10, measured(99, 50.5), 99, 1.5, accuracy(10)),
+        Run("http", WHOLE, 10, measured(96, 54), 99, 1.5, accuracy(10)),
+        Run("https", "off", 10, measured(80, 60), 99, 1.5),  # no whole-batch round: no line
+        Run("https", "on", 10, measured(70, 62), 99, 1.5, accuracy(10)),
+    ]
+    assert whole_batch_lines(runs) == [
+        " http  zerotrace's work in pieces (default) : added p99 TTFT +0.50 ms, "
+        "throughput loss +1.0 %",
+        " http  zerotrace's work in whole batches    : added p99 TTFT +4.00 ms, "
+        "throughput loss +4.0 %",
+    ]
+    # The whole-batch rounds are not the default's: its verdicts stay its own.
+    assert [v.figure for v in verdicts(runs)][:2] == ["+1.0 % (100.0 -> 99.0 req/s)", "+0.50 ms"]
+
+
+def test_the_modes_of_a_round_turn_so_none_always_runs_first() -> None:
+    assert [round_modes(r, False) for r in range(2)] == [("off", "on"), ("on", "off")]
+    assert [round_modes(r, True)[0] for r in range(3)] == ["off", "on", WHOLE]
+    assert all(sorted(round_modes(r, True)) == sorted(MODE_NAMES) for r in range(5))
+
+
 def test_a_failed_request_fails_every_request_recorded() -> None:
     runs = [
-        Run("http", 10, measured(100, 50), 99, 1.5),
-        Run("http", 10, measured(100, 50, failed=1), 99, 1.5, accuracy(10)),
+        Run("http", "off", 10, measured(100, 50), 99, 1.5),
+        Run("http", "on", 10, measured(100, 50, failed=1), 99, 1.5, accuracy(10)),
     ]
     assert [v.ok for v in verdicts(runs) if v.target == "every request recorded"] == [False]
 
 
 def test_mode_lines_show_the_accuracy_and_zerotrace_s_notes_of_observed_runs() -> None:
-    off = mode_lines(1, "off", Run("http", 10, measured(12.34, 80), 97.4, 1.5))
+    off = mode_lines(1, "off", Run("http", "off", 10, measured(12.34, 80), 97.4, 1.5))
     assert off == [
         " http round 1 off:   12.3 req/s, TTFT p50  40.00 ms p99  80.00 ms, "
         "cores  97 % busy, 0 failed, requests read by the server p99 1.50 ms after sent"
     ]
     accuracy = Accuracy(10, 0.5, 0.25, ["a", "b"], outside=2, server_waits=1)
-    on = mode_lines(1, "on", Run("https", 10, measured(12, 80), 99, 1.5, accuracy, ["cpu"]))
+    on = mode_lines(1, "on", Run("https", "on", 10, measured(12, 80), 99, 1.5, accuracy, ["cpu"]))
     assert on[1:] == [
         " " * 20 + "10/10 recorded, worst |error| TTFT 0.50 ms TPOT 0.25 ms, 2 outside "
         "tolerance (1 of them: the request waited for the server)",
