@@ -132,7 +132,7 @@ def _publish(
     from zerotrace_collector.collector import Collector
 
     slices = feeds.paced(slice_us)
-    col = Collector(feeds.feeds, producer, codec, pause=slices.point)
+    col = Collector(feeds.feeds, producer, codec, slices=slices)
     marker = RunMarker(Path(producer.spool_folder), time.time)  # a kill leaves it: a gap said
     spool = _SpoolWatch(producer)
     stop = StopFlag()

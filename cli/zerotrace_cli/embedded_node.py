@@ -79,7 +79,7 @@ class EmbeddedNode:
         raw = LoggingProducer(producer, self.raw_log) if self.raw_log else producer
         self.slices = feeds.paced(common.cpu_slice_us)
         pause = self.slices.point
-        self.collector = Collector(feeds.feeds, raw, codec, keep=keep, pause=pause)
+        self.collector = Collector(feeds.feeds, raw, codec, keep=keep, slices=self.slices)
         self.correlator = CorrelatorStep(
             codec, FileDirs.parse(common.kv_cache_dirs, common.model_dirs)
         )

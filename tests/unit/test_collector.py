@@ -16,6 +16,7 @@ from zerotrace import names
 from zerotrace.bus import Message
 from zerotrace.bus_memory import InMemoryBroker, InMemoryProducer
 from zerotrace.codec import AvroCodec
+from zerotrace.cpu_slices import CpuSlices
 from zerotrace.errors import Backpressure
 from zerotrace.schema_registry import InMemorySchemaRegistry
 from zerotrace.schemas import load_schema_dir
@@ -310,6 +311,9 @@ def test_the_loop_s_pause_point_comes_after_each_published_record() -> None:
         def flush(self, timeout: float) -> int:
             return producer.flush(timeout)
 
-    collector = Collector([feed], Watching(), codec, pause=lambda: order.append("pause"))  # type: ignore[arg-type]
+    slices = CpuSlices(1, sleep=lambda _s: order.append("pause"))
+    slices._slice_ns = 0  # every point ends a slice
+    collector = Collector([feed], Watching(), codec, slices=slices)  # type: ignore[arg-type]
     assert collector.pump(0) == 4
     assert order == ["produce", "pause"] * 4
+    assert collector.counters()["cpu_pauses"] == 4  # shown as "collector: cpu_pauses 4"

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from zerotrace.bus import Producer
 from zerotrace.codec import AvroCodec
-from zerotrace.cpu_slices import no_pause
+from zerotrace.cpu_slices import CpuSlices, no_pause
 from zerotrace.errors import Backpressure, FeatureUnavailable
 from zerotrace_collector.feeds import Feed, RawRecord
 
@@ -46,12 +46,13 @@ class Collector:
         producer: Producer,
         codec: AvroCodec,
         keep: Callable[[RawRecord], bool] | None = None,
-        pause: Callable[[], None] = no_pause,
+        slices: CpuSlices | None = None,
     ) -> None:
-        """pause: called after each record (zerotrace.cpu_slices: the loop steps aside after
-        each slice of its CPU time, so a batch never holds a busy node's CPU for long)."""
+        """slices: the loop's pause point, called after each record (zerotrace.cpu_slices: the
+        loop steps aside after each slice of its CPU time, so a batch never holds a busy
+        node's CPU for long); its pauses are counted as `cpu_pauses`."""
         self._feeds = list(feeds)
-        self._pause = pause
+        self._slices = slices
         self._producer = producer
         self._codec = codec
         self._keep = keep
@@ -64,7 +65,7 @@ class Collector:
         timeout is shared: the first feed may wait for it, the others are only drained.
         Records are encoded and handed over one by one, none kept."""
         published = 0
-        pause = self._pause
+        pause = self._slices.point if self._slices is not None else no_pause
         for i, feed in enumerate(self._feeds):
             keep = None if feed.follows else self._keep
             for raw in feed.poll(timeout_ms if i == 0 else 0):
@@ -90,6 +91,8 @@ class Collector:
             "events": self.events,
             "backpressure": self.backpressure,
         }
+        if self._slices is not None:
+            out["cpu_pauses"] = self._slices.pauses
         if isinstance(self._producer, CountingProducer):
             out.update(self._producer.counters())
         for feed in self._feeds:
