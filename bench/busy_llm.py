@@ -226,8 +226,9 @@ def read_delays_ms(
 
 def summary_notes(summary: str) -> list[str]:
     """The lines of zerotrace's summary that explain a cost or a loss: its own CPU time, and
-    what its socket probe lost or shed."""
-    keep = ("zerotrace itself:", "socket:")
+    what its socket probe lost or shed, and how often its loop paused for the server
+    ("collector: cpu_pauses N")."""
+    keep = ("zerotrace itself:", "socket:", "collector:")
     return [line.strip() for line in summary.splitlines() if line.strip().startswith(keep)]
 
 
@@ -456,7 +457,7 @@ def main() -> None:
             with busy_server(scheme, args.burn_ms, Path(tmp)) as server:
                 for round_ in range(args.rounds):
                     for mode in round_modes(round_, args.whole_batches_too):
-                        store = Path(tmp) / f"zt-{scheme}-{round_}.duckdb"
+                        store = Path(tmp) / f"zt-{scheme}-{round_}-{mode}.duckdb"  # its own
                         run = run_mode(mode, server, args, store)
                         runs.append(run)
                         print("\n".join(mode_lines(round_ + 1, mode, run)), flush=True)

@@ -233,11 +233,13 @@ def test_summary_notes_keep_zerotrace_s_cpu_and_the_socket_probe_s_losses() -> N
     summary = (
         "summary: 0 spans (none; 0 failed), 412 LLM requests, 0 dead letters\n"
         "  socket: lost 0, shed 0, ciphertext_dropped 42\n"
+        "  collector: cpu_pauses 1834\n"
         "  correlator: http.conns.not_http 1\n"
         "  zerotrace itself: 0.4 s CPU over 10.8 s (0.03 core; budget 0.5 core)\n"
     )
     assert summary_notes(summary) == [
         "socket: lost 0, shed 0, ciphertext_dropped 42",
+        "collector: cpu_pauses 1834",
         "zerotrace itself: 0.4 s CPU over 10.8 s (0.03 core; budget 0.5 core)",
     ]
 
