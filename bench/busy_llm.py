@@ -18,13 +18,13 @@ throughput loss <= 5 %, added p99 TTFT <= 1 ms, one record for every request, an
 request's TTFT and TPOT within 2 ms of its client's truth (tests/harness/accuracy.py's
 `compare`: 2 ms or 2 %, whichever is larger, beyond the client's own measured uncertainty).
 
-With --whole-batches-too each round also runs the load observed by zerotrace with
-ZEROTRACE_CPU_SLICE_US=0 (its work in whole batches, as before zerotrace.cpu_slices), the
-three modes in an order that turns each round, and prints its added p99 TTFT and throughput
-loss beside the default's: the pieces' effect measured in one sitting.
+With --pieces-too each round also runs the load observed by zerotrace with its work in 0.5 ms
+pieces (ZEROTRACE_CPU_SLICE_US=500, zerotrace.cpu_slices; off by default), the three modes in
+an order that turns each round, and prints that mode's added p99 TTFT and throughput loss
+beside the default's: the pieces' effect measured in one sitting.
 
 Run (root, for eBPF): .venv/bin/python -m bench.busy_llm [--requests 300 --rounds 2
-    --concurrency 16 --burn-ms 5 --whole-batches-too]
+    --concurrency 16 --burn-ms 5 --pieces-too]
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from bench.llm_overhead import (
 from tests.e2e.llm_fixtures import read_server_truth, self_signed
 from tests.harness.accuracy import TOLERANCE_NS, compare, truth_tpot, truth_ttft
 from tests.harness.llm_load import KINDS, Truth, plan, run_load
+from zerotrace.cpu_slices import MEASURED_SLICE_US
 from zerotrace.store import Query
 from zerotrace.store_duckdb import DuckDBStore
 
@@ -62,9 +63,12 @@ TOLERANCE_MS = TOLERANCE_NS / 1e6
 # load asks for at concurrency 16; the clients' own CPU leaves the server 200-300 of them.
 BURN_MS_PER_TOKEN = 5.0
 SERVER = "SERVER"
-# The observed mode with zerotrace's work in whole batches (--whole-batches-too).
-WHOLE = "whole"
-MODE_SETTINGS: dict[str, dict[str, str]] = {"on": {}, WHOLE: {"ZEROTRACE_CPU_SLICE_US": "0"}}
+# The observed mode with zerotrace's work in pieces (--pieces-too).
+PIECES = "pieces"
+MODE_SETTINGS: dict[str, dict[str, str]] = {
+    "on": {},
+    PIECES: {"ZEROTRACE_CPU_SLICE_US": str(MEASURED_SLICE_US)},
+}
 
 
 @dataclass
@@ -85,7 +89,7 @@ class Accuracy:
 @dataclass
 class Run:
     scheme: str  # "http" or "https"
-    mode: str  # "off" (unobserved), "on" (zerotrace at its defaults) or WHOLE
+    mode: str  # "off" (unobserved), "on" (zerotrace at its defaults) or PIECES
     requests: int
     measure: Measure
     busy_pct: float  # the machine's cores busy over the load, in %
@@ -232,13 +236,13 @@ def summary_notes(summary: str) -> list[str]:
     return [line.strip() for line in summary.splitlines() if line.strip().startswith(keep)]
 
 
-MODE_NAMES = ("off", "on", WHOLE)
+MODE_NAMES = ("off", "on", PIECES)
 
 
-def round_modes(round_: int, whole_too: bool) -> tuple[str, ...]:
+def round_modes(round_: int, pieces_too: bool) -> tuple[str, ...]:
     """The modes of a round, in an order that turns each round, so that no mode always runs
     first (or right after another) on a machine whose speed drifts."""
-    modes = MODE_NAMES if whole_too else MODE_NAMES[:2]
+    modes = MODE_NAMES if pieces_too else MODE_NAMES[:2]
     turn = round_ % len(modes)
     return modes[turn:] + modes[:turn]
 
@@ -319,18 +323,18 @@ def cost_of(off: Sequence[Run], on: Sequence[Run]) -> tuple[float, float]:
     return loss, statistics.mean(r.measure.p99_ttft_ms for r in on) - p99_off
 
 
-def whole_batch_lines(runs: Sequence[Run]) -> list[str]:
-    """--whole-batches-too: zerotrace's cost with its work in pieces (the default) and in
-    whole batches, each against the same unobserved rounds."""
+def pieces_lines(runs: Sequence[Run]) -> list[str]:
+    """--pieces-too: zerotrace's cost with its work in whole batches (the default) and in
+    pieces, each against the same unobserved rounds."""
     out = []
     for scheme in dict.fromkeys(r.scheme for r in runs):
         by_mode = {m: [r for r in runs if r.scheme == scheme and r.mode == m] for m in MODE_NAMES}
         if not all(by_mode.values()):
             continue
-        for mode, label in (("on", "in pieces (default)"), (WHOLE, "in whole batches")):
+        for mode, label in (("on", "in whole batches (default)"), (PIECES, "in 0.5 ms pieces")):
             loss, added = cost_of(by_mode["off"], by_mode[mode])
             out.append(
-                f"{scheme:>5}  zerotrace's work {label:<20}: added p99 TTFT {added:+.2f} ms, "
+                f"{scheme:>5}  zerotrace's work {label:<26}: added p99 TTFT {added:+.2f} ms, "
                 f"throughput loss {loss:+.1f} %"
             )
     return out
@@ -441,9 +445,9 @@ def main() -> None:
         "--schemes", default="http,https", help="comma-separated: http, https or both"
     )
     parser.add_argument(
-        "--whole-batches-too",
+        "--pieces-too",
         action="store_true",
-        help="also observe with zerotrace's work in whole batches (ZEROTRACE_CPU_SLICE_US=0)",
+        help="also observe with zerotrace's work in 0.5 ms pieces (ZEROTRACE_CPU_SLICE_US=500)",
     )
     args = parser.parse_args()
     if args.requests < 1 or args.rounds < 1 or args.concurrency < 1 or args.burn_ms <= 0:
@@ -456,7 +460,7 @@ def main() -> None:
         for scheme in schemes:
             with busy_server(scheme, args.burn_ms, Path(tmp)) as server:
                 for round_ in range(args.rounds):
-                    for mode in round_modes(round_, args.whole_batches_too):
+                    for mode in round_modes(round_, args.pieces_too):
                         store = Path(tmp) / f"zt-{scheme}-{round_}-{mode}.duckdb"  # its own
                         run = run_mode(mode, server, args, store)
                         runs.append(run)
@@ -468,7 +472,7 @@ def main() -> None:
     print()
     if args.requests < 100:
         print(f"(only {args.requests} requests a run: the p99 is close to the maximum, so noisy)")
-    for line in verdict_lines(verdicts(runs)) + whole_batch_lines(runs) + noise_lines(runs):
+    for line in verdict_lines(verdicts(runs)) + pieces_lines(runs) + noise_lines(runs):
         print(line)
     sys.stdout.flush()
 

@@ -73,10 +73,18 @@ class InMemoryBroker:
     ) -> Message | None:
         """The next message of the subscription. Partitions take turns (turn[0] is where
         the last scan stopped), as a Kafka consumer interleaves them, so one busy partition
-        does not hold the others back."""
+        does not hold the others back. turn[1] is the count of appends when a scan last found
+        nothing: until another append, a poll does not scan again (the embedded node polls
+        every step's input every turn, most of them empty)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
+                if turn[1] == self._counter:  # nothing appended since it found nothing
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
+                    self._cond.wait(remaining)
+                    continue
                 sources = [(t, p) for t in topics for p in range(len(self._logs.get(t, [])))]
                 for i in range(len(sources)):
                     index = (turn[0] + i) % len(sources)
@@ -91,6 +99,7 @@ class InMemoryBroker:
                         positions[key] += 1
                         turn[0] = index + 1
                         return message
+                turn[1] = self._counter
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
@@ -149,11 +158,12 @@ class InMemoryConsumer:
         self._group = group
         self._topics: list[str] = []
         self._positions: dict[tuple[str, int], int] = {}
-        self._turn = [0]
+        self._turn = [0, -1]  # see InMemoryBroker._next
 
     def subscribe(self, topics: Sequence[str]) -> None:
         self._topics = list(topics)
         self._positions.clear()
+        self._turn[1] = -1
         self._broker._subscribe(self._group, self._topics)
 
     def poll(self, timeout_s: float) -> Message | None:

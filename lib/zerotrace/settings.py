@@ -85,9 +85,10 @@ class CommonSettings:
     )
     cpu_slice_us: int = setting(
         "ZEROTRACE_CPU_SLICE_US",
-        500,
+        0,
         "CPU time (µs) of zerotrace's own work between short pauses that let a busy node's "
-        "waiting threads run (0 = no pauses; zerotrace.cpu_slices).",
+        "waiting threads run (0 = no pauses, the default: measured, they cost more than they "
+        "gave; zerotrace.cpu_slices).",
     )
     kafka: str = setting("ZEROTRACE_KAFKA", "127.0.0.1:9092", "Kafka bootstrap servers.")
     kafka_port: int = setting("ZEROTRACE_KAFKA_PORT", 9092, "Port of the local Kafka (infra up).")

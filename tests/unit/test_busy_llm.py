@@ -11,7 +11,7 @@ import pytest
 
 from bench.busy_llm import (
     MODE_NAMES,
-    WHOLE,
+    PIECES,
     Accuracy,
     Run,
     assess,
@@ -20,12 +20,12 @@ from bench.busy_llm import (
     main,
     mode_lines,
     noise_lines,
+    pieces_lines,
     read_delays_ms,
     round_modes,
     summary_notes,
     verdict_lines,
     verdicts,
-    whole_batch_lines,
     worst_errors,
 )
 from bench.llm_overhead import Measure
@@ -173,27 +173,27 @@ def test_noise_lines_show_how_far_the_unobserved_rounds_are_apart() -> None:
     ]
 
 
-def test_whole_batches_are_set_beside_the_default_against_the_same_unobserved_rounds() -> None:
+def test_pieces_are_set_beside_the_default_against_the_same_unobserved_rounds() -> None:
     runs = [
         Run("http", "off", 10, measured(100, 50), 99, 1.5),
         Run("http", "on", 10, measured(99, 50.5), 99, 1.5, accuracy(10)),
-        Run("http", WHOLE, 10, measured(96, 54), 99, 1.5, accuracy(10)),
-        Run("https", "off", 10, measured(80, 60), 99, 1.5),  # no whole-batch round: no line
+        Run("http", PIECES, 10, measured(96, 54), 99, 1.5, accuracy(10)),
+        Run("https", "off", 10, measured(80, 60), 99, 1.5),  # no round in pieces: no line
         Run("https", "on", 10, measured(70, 62), 99, 1.5, accuracy(10)),
     ]
-    assert whole_batch_lines(runs) == [
-        " http  zerotrace's work in pieces (default) : added p99 TTFT +0.50 ms, "
+    assert pieces_lines(runs) == [
+        " http  zerotrace's work in whole batches (default): added p99 TTFT +0.50 ms, "
         "throughput loss +1.0 %",
-        " http  zerotrace's work in whole batches    : added p99 TTFT +4.00 ms, "
+        " http  zerotrace's work in 0.5 ms pieces          : added p99 TTFT +4.00 ms, "
         "throughput loss +4.0 %",
     ]
-    # The whole-batch rounds are not the default's: its verdicts stay its own.
+    # The rounds in pieces are not the default's: its verdicts stay its own.
     assert [v.figure for v in verdicts(runs)][:2] == ["+1.0 % (100.0 -> 99.0 req/s)", "+0.50 ms"]
 
 
 def test_the_modes_of_a_round_turn_so_none_always_runs_first() -> None:
     assert [round_modes(r, False) for r in range(2)] == [("off", "on"), ("on", "off")]
-    assert [round_modes(r, True)[0] for r in range(3)] == ["off", "on", WHOLE]
+    assert [round_modes(r, True)[0] for r in range(3)] == ["off", "on", PIECES]
     assert all(sorted(round_modes(r, True)) == sorted(MODE_NAMES) for r in range(5))
 
 

@@ -46,14 +46,14 @@ def test_one_long_piece_of_work_gives_one_pause_not_one_per_slice_it_held() -> N
     assert pacer.pauses == 1
 
 
-def test_steered_off_it_never_pauses_and_its_slices_still_run_on() -> None:
+def test_steered_off_it_never_pauses_and_a_slice_starts_when_it_is_steered_on() -> None:
     thread = FakeThread()
     pacer = slices(thread)
-    pacer.active = False  # zerotrace fell behind: catch up at the budget
+    pacer.steer(keeping_up=False)  # zerotrace fell behind: catch up at the budget
     thread.cpu_ns += 2_000_000
     pacer.point()
     assert thread.slept == []
-    pacer.active = True  # kept up again: the slice began at the last point, no pause now
+    pacer.steer(keeping_up=True)  # kept up again: a slice starts now, no pause at once
     thread.cpu_ns += 100_000
     pacer.point()
     assert thread.slept == []

@@ -48,11 +48,17 @@ def stop() -> Iterator[StopFlag]:
 
 
 def node_with(
-    tmp_path: Path, records: list[RawRecord], output: str = "quiet", keep: bool = False
+    tmp_path: Path,
+    records: list[RawRecord],
+    output: str = "quiet",
+    keep: bool = False,
+    env: dict[str, str] | None = None,
 ) -> tuple[EmbeddedNode, InMemoryFeed]:
     feed = InMemoryFeed("file-open", records)
     feed.attach()
-    common = settings.load(settings.CommonSettings, {"ZEROTRACE_HOME": str(tmp_path)})
+    common = settings.load(
+        settings.CommonSettings, {"ZEROTRACE_HOME": str(tmp_path), **(env or {})}
+    )
     node = EmbeddedNode(
         NodeFeeds([feed], None, []),
         tmp_path / "embedded.duckdb",
@@ -86,7 +92,6 @@ def test_the_summary_shows_each_feeds_losses_and_what_zerotrace_cost(tmp_path: P
     node, feed = node_with(tmp_path, [file_open(7, n) for n in range(4)])
     feed.lose(3)
     node.budget = CpuBudget(0.5, "cgroup v2 cpu.max", "")
-    node.slices._slice_ns = 10**12  # no pause in this run: a count of them is shown when not 0
     try:
         while node.step_once():
             pass
@@ -216,7 +221,8 @@ def test_the_loop_pauses_while_it_keeps_up_and_not_while_it_is_behind(
 ) -> None:
     """zerotrace.cpu_slices in the node: every stage's loop calls the node's pause point, and
     the pauses follow the CPU budget's verdict (none while zerotrace catches up)."""
-    node, _feed = node_with(tmp_path, [file_open(7, n) for n in range(5)])
+    pieces = {"ZEROTRACE_CPU_SLICE_US": "500"}  # off by default
+    node, _feed = node_with(tmp_path, [file_open(7, n) for n in range(5)], env=pieces)
     slept: list[float] = []
     try:
         node.slices._sleep = slept.append
